@@ -1,0 +1,21 @@
+# Sourced by the other scripts: makes .venv with Gangway and its test tools installed, once per pyproject change.
+set -euo pipefail
+GANGWAY_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+VENV="${GANGWAY_VENV:-$GANGWAY_ROOT/.venv}"
+PYTHON="${PYTHON:-python3}"
+if ! "$PYTHON" -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null; then
+    echo "gangway: Python 3.11 or newer is needed (found: $("$PYTHON" --version 2>&1))" >&2
+    exit 1
+fi
+if [ ! -x "$VENV/bin/python" ]; then
+    "$PYTHON" -m venv "$VENV"
+fi
+STAMP="$VENV/.gangway-installed"
+WANT="$(sha256sum "$GANGWAY_ROOT/pyproject.toml" | cut -d' ' -f1)"
+if [ ! -f "$STAMP" ] || [ "$(cat "$STAMP")" != "$WANT" ]; then
+    "$VENV/bin/python" -m pip install --quiet --upgrade pip
+    "$VENV/bin/python" -m pip install --quiet -e "$GANGWAY_ROOT[test]"
+    echo "$WANT" > "$STAMP"
+fi
+export PATH="$VENV/bin:$PATH"
+cd "$GANGWAY_ROOT"

@@ -1,0 +1,1 @@
+"""The four deciders (admitter, placer, preemptor, recovery), their policies, and the Kafka shell that runs them."""
