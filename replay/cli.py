@@ -8,8 +8,6 @@ from collections.abc import Callable, Sequence
 
 # Each entry: (subcommand, help, module that provides `add_arguments(parser)` and `run(args) -> int`).
 SUBCOMMANDS: tuple[tuple[str, str, str], ...] = (
-    ("kafka", "start, stop or inspect the local Apache Kafka broker (no Docker needed)", "events.broker_cli"),
-    ("topics", "create Gangway's topics and print the topic catalogue", "events.topics_cli"),
     ("schemas", "list, check and release the Avro event schemas", "events.schemas_cli"),
 )
 

@@ -1,0 +1,55 @@
+"""Dependencies point one way (ARCHITECTURE §5) and the pure core stays free of I/O libraries."""
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+IO_LIBRARIES = {"confluent_kafka", "rocksdict", "fastavro", "time", "random", "uuid", "socket", "threading"}
+# The shells: modules that talk to Kafka, RocksDB, HTTP, processes or the clock. Everything else in
+# projections/ and services/ is the pure core.
+SHELL_MODULES = {
+    "projections/store.py", "projections/api.py", "services/shell.py", "services/runner.py",
+    "services/clock.py", "services/cli.py",
+}
+
+
+def _imported_roots(path: Path) -> set[str]:
+    roots = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            roots |= {alias.name.split(".")[0] for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            roots.add(node.module.split(".")[0])
+    return roots
+
+
+def test_layers_are_kept():
+    lint_imports = Path(sys.executable).with_name("lint-imports")
+    result = subprocess.run([str(lint_imports), "--no-cache"], cwd=ROOT, capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_pure_core_imports_no_io_library():
+    offenders = {}
+    for package in ("projections", "services"):
+        for path in sorted((ROOT / package).rglob("*.py")):
+            relative = path.relative_to(ROOT).as_posix()
+            if relative in SHELL_MODULES or "/shell" in relative:
+                continue
+            bad = _imported_roots(path) & IO_LIBRARIES
+            bad |= {"events.codec", "events.log"} & _imported_modules(path)
+            if bad:
+                offenders[relative] = sorted(bad)
+    assert offenders == {}
+
+
+def _imported_modules(path: Path) -> set[str]:
+    modules = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.ImportFrom) and node.module:
+            modules.add(node.module)
+        elif isinstance(node, ast.Import):
+            modules |= {alias.name for alias in node.names}
+    return modules
