@@ -26,6 +26,8 @@ class Reason(StrEnum):
     COHORT_EXHAUSTED = "COHORT_EXHAUSTED"
     BORROWING_LIMIT = "BORROWING_LIMIT"
     WAITING_BEHIND_RESERVATION = "WAITING_BEHIND_RESERVATION"
+    WAITING_FOR_QUEUE_HEAD = "WAITING_FOR_QUEUE_HEAD"
+    ADMISSION_LIMIT_PER_CYCLE = "ADMISSION_LIMIT_PER_CYCLE"
     HOLDS_RESERVATION = "HOLDS_RESERVATION"
     NOT_PLACEABLE_NOW = "NOT_PLACEABLE_NOW"
     REQUEUED = "REQUEUED"
@@ -280,16 +282,9 @@ class JobQueued(Decision):
     job_id: str
     team: str
     detail: str = ""
+    reserved_nodes: list[str] = Field(default_factory=list, description="nodes held back for this gang while it waits")
 
 
-class JobAdmitted(Decision):
-    """Quota is reserved for the whole gang; `borrowed` GPUs come from the cohort."""
-
-    job_id: str
-    team: str
-    gpu_type: str
-    gpus: int
-    borrowed: int = 0
 
 
 class JobRejected(Decision):
@@ -313,15 +308,28 @@ class JobCancelled(Decision):
     job_id: str
 
 
-# --- decisions: placer ---------------------------------------------------------------------
-
-
 class WorkerAssignment(Record):
     """One worker bound to a node and concrete GPU indices."""
 
     worker: int
     node: str
     gpus: list[int]
+
+
+class JobAdmitted(Decision):
+    """Quota is reserved for the whole gang (`borrowed` GPUs from the cohort) and its GPUs are
+    held by the planned topology assignment, which the placer binds or re-plans."""
+
+    job_id: str
+    team: str
+    gpu_type: str
+    gpus: int
+    borrowed: int = 0
+    assignments: list[WorkerAssignment] = Field(default_factory=list)
+    domain: str | None = None
+
+
+# --- decisions: placer ---------------------------------------------------------------------
 
 
 class JobPlaced(Decision):

@@ -1,0 +1,379 @@
+"""`evolve(state, event, offset)`: folds one event into a cell's state. Pure: no I/O, no clock.
+
+Decisions are validated as they are folded: a placement on GPUs that an earlier event took or
+failed, a preemption of a job that is no longer running, an admission that no longer fits: each
+is recorded in the job's history as superseded and otherwise ignored, so every replica resolves a
+conflict the same way because it folds the same order. For speed `evolve` updates the state it is
+given and returns it; callers that need the old state keep a copy.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from events import models as m
+from projections.cell import CellState
+from projections.cluster import Node, domain_ids
+from projections.jobs import Checkpoint, Job, JobState
+from projections.tenancy import DEFAULT_PRIORITY, PriorityClass, Quota, Team
+
+SUPERSEDED = "SUPERSEDED"
+
+
+def evolve(state: CellState, event: m.Event, offset: int) -> CellState:
+    if offset <= state.offset:
+        return state  # re-delivered: already folded
+    state.offset = offset
+    state.now = max(state.now, event.envelope.at)
+    if not state.cell:
+        state.cell = event.envelope.cell
+    handler = _HANDLERS.get(type(event))
+    if handler is not None:
+        handler(state, event, offset)
+    return state
+
+
+def _note(job: Job, event: m.Event, offset: int, reason: str | None = None) -> None:
+    job.history.append((offset, event.envelope.at, type(event).__name__, reason or event.envelope.reason.value))
+
+
+def _decided_about(state: CellState, event: m.Event, offset: int) -> Job | None:
+    job = state.jobs.get(getattr(event, "job_id", ""))
+    if job is not None:
+        job.reason = event.envelope.reason
+        job.reason_offset = offset
+    return job
+
+
+def _release(state: CellState, job: Job) -> None:
+    """Frees the job's GPUs and quota."""
+    _unhold(state, job)
+    if job.holds_capacity:
+        key = (job.team, job.gpu_type)
+        state.tenancy.usage[key] = state.tenancy.usage.get(key, 0) - job.gpus
+    job.borrowed = 0
+    job.started_workers = frozenset()
+    job.succeeded_workers = frozenset()
+    job.running_since = None
+    job.preempted_for = None
+    job.preemption_deadline = None
+    _drop_reservation(state, job)
+
+
+def _drop_reservation(state: CellState, job: Job) -> None:
+    for name in job.reserved_nodes:
+        node = state.cluster.nodes.get(name)
+        if node is not None and node.reserved_for == job.job_id:
+            node.reserved_for = None
+    job.reserved_nodes = ()
+    job.reserved_since = None
+
+
+def _end(state: CellState, job: Job, final: JobState, at: int) -> None:
+    _release(state, job)
+    state.set_state(job, final)
+    job.ended_at = at
+
+
+# --- configuration ---------------------------------------------------------------------------
+
+
+def _cell_configured(state: CellState, e: m.CellConfigured, offset: int) -> None:
+    state.cluster.levels = tuple(e.topology_levels)
+    for node in state.cluster.nodes.values():
+        node.domains = domain_ids(node.labels, state.cluster.levels)
+
+
+def _cohort_defined(state: CellState, e: m.CohortDefined, offset: int) -> None:
+    state.tenancy.cohort_parent[e.cohort] = e.parent
+
+
+def _team_defined(state: CellState, e: m.TeamDefined, offset: int) -> None:
+    state.tenancy.teams[e.team] = Team(e.team, e.cohort, e.weight_milli)
+    if e.cohort is not None:
+        state.tenancy.cohort_parent.setdefault(e.cohort, None)
+
+
+def _quota_set(state: CellState, e: m.QuotaSet, offset: int) -> None:
+    if e.team in state.tenancy.teams and e.nominal >= 0:
+        state.tenancy.quotas[(e.team, e.gpu_type)] = Quota(e.nominal, e.borrowing_limit, e.lending_limit)
+
+
+def _priority_class_defined(state: CellState, e: m.PriorityClassDefined, offset: int) -> None:
+    state.tenancy.priority_classes[e.name] = PriorityClass(e.name, e.value, e.preemptible)
+
+
+# --- nodes -----------------------------------------------------------------------------------
+
+
+def _node_registered(state: CellState, e: m.NodeRegistered, offset: int) -> None:
+    if e.gpus <= 0:
+        return
+    old = state.cluster.nodes.get(e.node)
+    holder = {i: j for i, j in old.holder.items() if i < e.gpus} if old else {}
+    state.cluster.add(Node(e.node, e.gpu_type, e.gpus, domain_ids(e.labels, state.cluster.levels),
+                           labels=dict(e.labels), spare=e.spare, holder=holder, reserved_for=old.reserved_for if old else None))
+
+
+def _node_heartbeat(state: CellState, e: m.NodeHeartbeat, offset: int) -> None:
+    state.last_heartbeat[e.node] = e.envelope.at
+
+
+def _node_flag(flag: str, value: bool) -> Callable[[CellState, m.Event, int], None]:
+    def handler(state: CellState, e: m.Event, offset: int) -> None:
+        node = state.cluster.nodes.get(e.node)  # type: ignore[attr-defined]
+        if node is not None:
+            setattr(node, flag, value)
+    return handler
+
+
+def _node_recovered(state: CellState, e: m.NodeRecovered, offset: int) -> None:
+    node = state.cluster.nodes.get(e.node)
+    if node is not None:
+        node.failed = False
+        node.cordoned = False
+        state.last_heartbeat[e.node] = e.envelope.at
+
+
+def _gpu_faulted(state: CellState, e: m.GpuFaulted, offset: int) -> None:
+    node = state.cluster.nodes.get(e.node)
+    if node is None:
+        return
+    if e.action is m.XidAction.RETIRE_GPU and 0 <= e.gpu < node.gpus:
+        node.retired = node.retired | {e.gpu}
+    elif e.action is m.XidAction.CORDON_NODE:
+        node.cordoned = True
+
+
+# --- jobs ------------------------------------------------------------------------------------
+
+
+def _job_submitted(state: CellState, e: m.JobSubmitted, offset: int) -> None:
+    if e.job_id in state.jobs:
+        return  # a duplicate id: the admitter rejects it, the original job is untouched
+    pclass = state.tenancy.priority_classes.get(e.priority_class or "", DEFAULT_PRIORITY)
+    job = Job(
+        job_id=e.job_id, team=e.team, workers=e.workers, gpus_per_worker=e.gpus_per_worker, gpu_type=e.gpu_type,
+        priority=pclass.value, preemptible=pclass.preemptible, submitted_at=e.envelope.at, submit_offset=offset,
+        min_workers=e.min_workers, topology_required=e.topology_required, topology_preferred=e.topology_preferred,
+        time_limit_ms=e.time_limit_ms, max_restarts=e.max_restarts, reason=m.Reason.SUBMITTED, reason_offset=offset,
+    )
+    state.jobs[e.job_id] = job
+    state.set_state(job, JobState.QUEUED)
+    _note(job, e, offset, m.Reason.SUBMITTED.value)
+
+
+def _job_queued(state: CellState, e: m.JobQueued, offset: int) -> None:
+    job = state.jobs.get(e.job_id)
+    if job is None or job.state is not JobState.QUEUED:
+        return
+    _decided_about(state, e, offset)
+    _note(job, e, offset)
+    _drop_reservation(state, job)
+    if e.reserved_nodes:
+        job.reserved_nodes = tuple(e.reserved_nodes)
+        job.reserved_since = e.envelope.at
+        for name in e.reserved_nodes:
+            if name in state.cluster.nodes:
+                state.cluster.nodes[name].reserved_for = job.job_id
+
+
+def _job_admitted(state: CellState, e: m.JobAdmitted, offset: int) -> None:
+    job = state.jobs.get(e.job_id)
+    if job is None or job.state is not JobState.QUEUED:
+        if job is not None:
+            _note(job, e, offset, SUPERSEDED)
+        return
+    _decided_about(state, e, offset)
+    _note(job, e, offset)
+    _drop_reservation(state, job)
+    key = (job.team, job.gpu_type)
+    state.tenancy.usage[key] = state.tenancy.usage.get(key, 0) + job.gpus
+    job.borrowed = e.borrowed
+    state.set_state(job, JobState.ADMITTED)
+    if _assignable(state, job, e.assignments):
+        _hold(state, job, e.assignments, e.domain)  # the planned topology assignment
+    # else the plan went stale in flight: the placer sees no assignment and plans again
+
+
+def _assignable(state: CellState, job: Job, assignments: list[m.WorkerAssignment]) -> bool:
+    nodes = state.cluster.nodes
+    if len(assignments) != job.workers:
+        return False
+    for a in assignments:
+        node = nodes.get(a.node)
+        if (node is None or not node.schedulable or node.gpu_type != job.gpu_type or len(a.gpus) != job.gpus_per_worker
+                or any(node.holder.get(g, job.job_id) != job.job_id or g in node.retired or not 0 <= g < node.gpus
+                       for g in a.gpus)):
+            return False
+    return True
+
+
+def _hold(state: CellState, job: Job, assignments: list[m.WorkerAssignment], domain: str | None) -> None:
+    for a in assignments:
+        for g in a.gpus:
+            state.cluster.nodes[a.node].holder[g] = job.job_id
+    job.assignments = tuple((a.worker, a.node, tuple(a.gpus)) for a in assignments)
+    job.domain = domain
+
+
+def _unhold(state: CellState, job: Job) -> None:
+    for _, node_name, gpus in job.assignments:
+        node = state.cluster.nodes.get(node_name)
+        for g in gpus:
+            if node is not None and node.holder.get(g) == job.job_id:
+                del node.holder[g]
+    job.assignments = ()
+    job.domain = None
+
+
+def _job_rejected(state: CellState, e: m.JobRejected, offset: int) -> None:
+    job = state.jobs.get(e.job_id)
+    if job is None or e.envelope.reason is m.Reason.DUPLICATE_JOB or job.state is not JobState.QUEUED:
+        return
+    _decided_about(state, e, offset)
+    _note(job, e, offset)
+    _end(state, job, JobState.REJECTED, e.envelope.at)
+
+
+def _job_placed(state: CellState, e: m.JobPlaced, offset: int) -> None:
+    job = state.jobs.get(e.job_id)
+    if job is None or job.state is not JobState.ADMITTED or e.attempt != job.attempt:
+        if job is not None:
+            _note(job, e, offset, SUPERSEDED)
+        return
+    _unhold(state, job)
+    if not _assignable(state, job, e.assignments):
+        _note(job, e, offset, m.Reason.PLACEMENT_SUPERSEDED.value)  # the placer plans again from scratch
+        return
+    _decided_about(state, e, offset)
+    _note(job, e, offset)
+    _hold(state, job, e.assignments, e.domain)
+    state.set_state(job, JobState.PLACED)
+
+
+def _placement_pending(state: CellState, e: m.PlacementPending, offset: int) -> None:
+    job = state.jobs.get(e.job_id)
+    if job is None or job.state is not JobState.ADMITTED:
+        return
+    _decided_about(state, e, offset)
+    _note(job, e, offset)
+    _release(state, job)  # quota goes back: an unplaceable gang must not hold it
+    state.set_state(job, JobState.QUEUED)
+
+
+def _worker_started(state: CellState, e: m.WorkerStarted, offset: int) -> None:
+    job = state.jobs.get(e.job_id)
+    if job is None or job.attempt != e.attempt or job.state not in (JobState.PLACED, JobState.RUNNING):
+        return
+    job.started_workers = job.started_workers | {e.worker}
+    if job.state is JobState.PLACED and len(job.started_workers) >= len(job.assignments):
+        job.running_since = e.envelope.at
+        state.set_state(job, JobState.RUNNING)
+        _note(job, e, offset, "RUNNING")
+
+
+def _worker_exited(state: CellState, e: m.WorkerExited, offset: int) -> None:
+    job = state.jobs.get(e.job_id)
+    if job is not None and job.attempt == e.attempt and e.exit_code == 0 and job.holds_capacity:
+        job.succeeded_workers = job.succeeded_workers | {e.worker}
+
+
+def _checkpoint_completed(state: CellState, e: m.CheckpointCompleted, offset: int) -> None:
+    job = state.jobs.get(e.job_id)
+    if job is not None and job.attempt == e.attempt and not job.ended:
+        if job.checkpoint is None or e.progress_ms >= job.checkpoint.progress_ms:
+            job.checkpoint = Checkpoint(e.checkpoint_id, e.progress_ms, e.envelope.at)
+
+
+def _preemption_requested(state: CellState, e: m.PreemptionRequested, offset: int) -> None:
+    victim = state.jobs.get(e.job_id)
+    beneficiary = state.jobs.get(e.for_job_id)
+    if (victim is None or victim.state not in (JobState.PLACED, JobState.RUNNING)
+            or beneficiary is None or beneficiary.state is not JobState.QUEUED):
+        if victim is not None:
+            _note(victim, e, offset, SUPERSEDED)
+        return
+    _decided_about(state, e, offset)
+    _note(victim, e, offset)
+    victim.preempted_for = e.for_job_id
+    victim.preemption_deadline = e.checkpoint_deadline
+    state.set_state(victim, JobState.PREEMPTING)
+
+
+def _job_preempted(state: CellState, e: m.JobPreempted, offset: int) -> None:
+    job = state.jobs.get(e.job_id)
+    if job is None or job.state is not JobState.PREEMPTING:
+        return
+    _decided_about(state, e, offset)
+    _note(job, e, offset)
+    _release(state, job)
+    job.attempt += 1
+    job.not_before = e.envelope.at
+    state.set_state(job, JobState.QUEUED)
+
+
+def _job_interrupted(state: CellState, e: m.JobInterrupted, offset: int) -> None:
+    job = state.jobs.get(e.job_id)
+    if job is None or job.attempt != e.attempt or not job.holds_capacity:
+        return
+    _decided_about(state, e, offset)
+    _note(job, e, offset)
+    _release(state, job)
+    job.restarts += 1
+    state.set_state(job, JobState.INTERRUPTED)
+
+
+def _job_requeued(state: CellState, e: m.JobRequeued, offset: int) -> None:
+    job = state.jobs.get(e.job_id)
+    if job is None or job.state is not JobState.INTERRUPTED:
+        return
+    _decided_about(state, e, offset)
+    _note(job, e, offset)
+    job.attempt = e.attempt
+    job.not_before = e.not_before
+    state.set_state(job, JobState.QUEUED)
+
+
+def _job_ended(final: JobState) -> Callable[[CellState, m.Event, int], None]:
+    def handler(state: CellState, e: m.Event, offset: int) -> None:
+        job = state.jobs.get(e.job_id)  # type: ignore[attr-defined]
+        if job is None or job.ended:
+            return
+        _decided_about(state, e, offset)
+        _note(job, e, offset)
+        _end(state, job, final, e.envelope.at)
+    return handler
+
+
+_HANDLERS: dict[type, Callable] = {
+    m.CellConfigured: _cell_configured,
+    m.CohortDefined: _cohort_defined,
+    m.TeamDefined: _team_defined,
+    m.QuotaSet: _quota_set,
+    m.PriorityClassDefined: _priority_class_defined,
+    m.NodeRegistered: _node_registered,
+    m.NodeHeartbeat: _node_heartbeat,
+    m.NodeCordoned: _node_flag("cordoned", True),
+    m.NodeUncordoned: _node_flag("cordoned", False),
+    m.NodeFailed: _node_flag("failed", True),
+    m.SpareActivated: _node_flag("activated", True),
+    m.NodeRecovered: _node_recovered,
+    m.GpuFaulted: _gpu_faulted,
+    m.JobSubmitted: _job_submitted,
+    m.JobQueued: _job_queued,
+    m.JobAdmitted: _job_admitted,
+    m.JobRejected: _job_rejected,
+    m.JobPlaced: _job_placed,
+    m.PlacementPending: _placement_pending,
+    m.WorkerStarted: _worker_started,
+    m.WorkerExited: _worker_exited,
+    m.CheckpointCompleted: _checkpoint_completed,
+    m.PreemptionRequested: _preemption_requested,
+    m.JobPreempted: _job_preempted,
+    m.JobInterrupted: _job_interrupted,
+    m.JobRequeued: _job_requeued,
+    m.JobSucceeded: _job_ended(JobState.SUCCEEDED),
+    m.JobFailed: _job_ended(JobState.FAILED),
+    m.JobCancelled: _job_ended(JobState.CANCELLED),
+}

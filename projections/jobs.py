@@ -1,0 +1,94 @@
+"""Jobs and their lifecycle: what a job asked for, where it is, and the history `explain` tells."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+from events.models import Reason
+
+
+class JobState(StrEnum):
+    """Submitted -> Queued -> Admitted -> Placed -> Running -> Succeeded | Failed | Cancelled, with
+    Running -> Preempting -> Queued (resumes from its checkpoint) and Running -> Queued after a failure."""
+
+    QUEUED = "queued"
+    ADMITTED = "admitted"
+    PLACED = "placed"
+    RUNNING = "running"
+    PREEMPTING = "preempting"
+    INTERRUPTED = "interrupted"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+    REJECTED = "rejected"
+
+
+ENDED = frozenset({JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED, JobState.REJECTED})
+#: States in which a job holds quota (and, from ADMITTED on, GPUs).
+HOLDING = frozenset({JobState.ADMITTED, JobState.PLACED, JobState.RUNNING, JobState.PREEMPTING})
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    checkpoint_id: str
+    progress_ms: int
+    at: int
+
+
+@dataclass
+class Job:
+    """A gang and everything the log has said about it so far."""
+
+    job_id: str
+    team: str
+    workers: int
+    gpus_per_worker: int
+    gpu_type: str
+    priority: int
+    preemptible: bool
+    submitted_at: int
+    submit_offset: int
+    min_workers: int | None = None
+    topology_required: str | None = None
+    topology_preferred: str | None = None
+    time_limit_ms: int | None = None
+    max_restarts: int = 3
+    state: JobState = JobState.QUEUED
+    reason: Reason = Reason.SUBMITTED
+    reason_offset: int = 0
+    attempt: int = 1
+    restarts: int = 0
+    not_before: int = 0  # requeue back-off: not admitted before this time
+    borrowed: int = 0
+    assignments: tuple[tuple[int, str, tuple[int, ...]], ...] = ()  # (worker, node, gpu indices)
+    domain: str | None = None
+    started_workers: frozenset[int] = frozenset()
+    succeeded_workers: frozenset[int] = frozenset()
+    running_since: int | None = None
+    checkpoint: Checkpoint | None = None
+    preempted_for: str | None = None
+    preemption_deadline: int | None = None
+    reserved_nodes: tuple[str, ...] = ()
+    reserved_since: int | None = None
+    ended_at: int | None = None
+    history: list[tuple[int, int, str, str]] = field(default_factory=list)  # (offset, at, event type, reason)
+
+    @property
+    def gpus(self) -> int:
+        return self.workers * self.gpus_per_worker
+
+    @property
+    def holds_capacity(self) -> bool:
+        return self.state in HOLDING
+
+    @property
+    def ended(self) -> bool:
+        return self.state in ENDED
+
+    def nodes(self) -> list[str]:
+        return sorted({node for _, node, _ in self.assignments})
+
+    def rank_key(self) -> tuple[int, int, int, str]:
+        """Order within a team: priority first, then submit order (log offset breaks ties exactly)."""
+        return (-self.priority, self.submitted_at, self.submit_offset, self.job_id)

@@ -1,0 +1,126 @@
+"""Teams, cohorts, quotas and priority classes, and the quota arithmetic of lending and borrowing.
+
+The model is Kueue's: per team and GPU type a nominal quota, a borrowing limit and a lending
+limit. A cohort pools what its teams may lend; a team's usage above the part of its nominal it
+keeps for itself (nominal - lending limit) draws on that pool. Nested cohorts share one pool at
+their root, so any two teams under the same root cohort lend to each other.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class Quota:
+    nominal: int = 0
+    borrowing_limit: int | None = None  # None: may borrow without limit
+    lending_limit: int | None = None  # None: may lend all of its nominal
+
+    @property
+    def lendable(self) -> int:
+        return self.nominal if self.lending_limit is None else min(self.lending_limit, self.nominal)
+
+    @property
+    def guaranteed(self) -> int:
+        """The part of the nominal that is never lent."""
+        return self.nominal - self.lendable
+
+
+@dataclass(frozen=True)
+class Team:
+    name: str
+    cohort: str | None
+    weight_milli: int = 1000
+
+
+@dataclass(frozen=True)
+class PriorityClass:
+    name: str
+    value: int
+    preemptible: bool
+
+
+DEFAULT_PRIORITY = PriorityClass("default", 0, True)
+
+
+@dataclass(frozen=True)
+class Admissibility:
+    """Whether `gpus` more fit a team's quota now, how many would be borrowed, and if not, why."""
+
+    fits: bool
+    borrowed: int = 0
+    limit: str = ""  # "nominal", "borrowing_limit" or "cohort" when it does not fit
+
+
+@dataclass
+class Tenancy:
+    """Quota configuration plus current usage per (team, GPU type)."""
+
+    teams: dict[str, Team] = field(default_factory=dict)
+    cohort_parent: dict[str, str | None] = field(default_factory=dict)
+    quotas: dict[tuple[str, str], Quota] = field(default_factory=dict)
+    priority_classes: dict[str, PriorityClass] = field(default_factory=dict)
+    usage: dict[tuple[str, str], int] = field(default_factory=dict)
+
+    def root_cohort(self, cohort: str | None) -> str | None:
+        seen = set()
+        while cohort is not None and self.cohort_parent.get(cohort) is not None and cohort not in seen:
+            seen.add(cohort)
+            cohort = self.cohort_parent[cohort]
+        return cohort
+
+    def pool_members(self, team: str) -> list[str]:
+        """Teams sharing a lending pool with `team` (itself included), sorted."""
+        root = self.root_cohort(self.teams[team].cohort) if team in self.teams else None
+        if root is None:
+            return [team]
+        return sorted(t for t, spec in self.teams.items() if self.root_cohort(spec.cohort) == root)
+
+    def quota(self, team: str, gpu_type: str) -> Quota:
+        return self.quotas.get((team, gpu_type), Quota())
+
+    def used(self, team: str, gpu_type: str) -> int:
+        return self.usage.get((team, gpu_type), 0)
+
+    def pool_size(self, team: str, gpu_type: str) -> int:
+        return sum(self.quota(t, gpu_type).lendable for t in self.pool_members(team))
+
+    def pool_used(self, team: str, gpu_type: str, usage: dict[tuple[str, str], int] | None = None) -> int:
+        usage = self.usage if usage is None else usage
+        return sum(
+            max(0, usage.get((t, gpu_type), 0) - self.quota(t, gpu_type).guaranteed)
+            for t in self.pool_members(team)
+        )
+
+    def admissible(self, team: str, gpu_type: str, gpus: int, borrowing: bool = True,
+                   usage: dict[tuple[str, str], int] | None = None) -> Admissibility:
+        """Quota check for `gpus` more GPUs, against `usage` (default: the folded usage)."""
+        usage = self.usage if usage is None else usage
+        quota = self.quota(team, gpu_type)
+        used = usage.get((team, gpu_type), 0)
+        after = used + gpus
+        borrowed = max(0, after - quota.nominal)
+        if borrowed and not borrowing:
+            return Admissibility(False, borrowed, "nominal")
+        if quota.borrowing_limit is not None and borrowed > quota.borrowing_limit:
+            return Admissibility(False, borrowed, "borrowing_limit")
+        own_extra = max(0, after - quota.guaranteed) - max(0, used - quota.guaranteed)
+        if self.pool_used(team, gpu_type, usage) + own_extra > self.pool_size(team, gpu_type):
+            return Admissibility(False, borrowed, "cohort" if borrowed else "reclaim")
+        return Admissibility(True, borrowed)
+
+    def borrowed(self, team: str, gpu_type: str) -> int:
+        return max(0, self.used(team, gpu_type) - self.quota(team, gpu_type).nominal)
+
+    def dominant_share_milli(self, team: str, usage: dict[tuple[str, str], int] | None = None) -> int:
+        """Weighted dominant share: max over GPU types of usage / pool nominal, per weight, in thousandths."""
+        usage = self.usage if usage is None else usage
+        weight = self.teams[team].weight_milli if team in self.teams else 1000
+        share = 0
+        for (t, gpu_type), used in sorted(usage.items()):
+            if t != team or used == 0:
+                continue
+            total = sum(self.quota(m, gpu_type).nominal for m in self.pool_members(team)) or 1
+            share = max(share, used * 1_000_000 // (total * max(weight, 1)))
+        return share

@@ -1,0 +1,223 @@
+"""The admitter: validates submissions and admits whole gangs against quota and free capacity.
+
+Each admission cycle walks the queue in order (within-nominal work before borrowing, then
+priority, weighted dominant share and submit order) and admits a gang only when its quota fits
+and a placement exists right now, so admitted work never holds quota it cannot use. A gang that
+is blocked for capacity long enough holds a reservation: its nodes drain for it while smaller
+work backfills elsewhere.
+"""
+
+from __future__ import annotations
+
+from events import models as m
+from events.models import Reason
+from projections.cell import CellState
+from projections.jobs import Job, JobState
+from services.decider import Context
+from services.placement import CapacityView, Placement, Unplaceable
+
+#: Events after which queued work may fit: capacity or quota came free, or time passed.
+CYCLE_TRIGGERS = (
+    m.JobSubmitted, m.JobRequeued, m.JobPreempted, m.JobSucceeded, m.JobFailed, m.JobCancelled,
+    m.JobInterrupted, m.PlacementPending, m.NodeRegistered, m.NodeRecovered, m.NodeUncordoned,
+    m.SpareActivated, m.QuotaSet, m.TeamDefined, m.CohortDefined, m.Tick,
+)
+
+_QUOTA_REASONS = {"nominal": Reason.QUOTA_EXHAUSTED, "borrowing_limit": Reason.BORROWING_LIMIT,
+                  "cohort": Reason.COHORT_EXHAUSTED, "reclaim": Reason.COHORT_EXHAUSTED}
+
+
+class Admitter:
+    name = "admitter"
+
+    def decide(self, state: CellState, event: m.Event, ctx: Context) -> list[m.Decision]:
+        decisions: list[m.Decision] = []
+        if isinstance(event, m.JobSubmitted):
+            rejection = validate(state, event, ctx)
+            if rejection is not None:
+                return [rejection]
+        elif isinstance(event, m.JobCancelRequested):
+            return [cancel(state, event, ctx)]
+        if isinstance(event, CYCLE_TRIGGERS):
+            decisions.extend(admission_cycle(state, ctx))
+        return decisions
+
+
+def cancel(state: CellState, event: m.JobCancelRequested, ctx: Context) -> m.Decision:
+    job = state.jobs.get(event.job_id)
+    if job is None or job.ended:
+        why = "no such job" if job is None else f"job already {job.state.value}"
+        return m.RequestRejected(envelope=ctx.envelope(Reason.UNKNOWN_JOB, event.job_id),
+                                 request_event_id=event.envelope.event_id, request_type="JobCancelRequested",
+                                 detail=f"cannot cancel {event.job_id}: {why}")
+    return m.JobCancelled(envelope=ctx.envelope(Reason.CANCELLED_BY_USER, job.job_id), job_id=job.job_id)
+
+
+def validate(state: CellState, e: m.JobSubmitted, ctx: Context) -> m.JobRejected | None:
+    """A rejection for a submission that can never run as asked, or None."""
+    problem = _problem(state, e, ctx.basis_offset)
+    if problem is None:
+        return None
+    reason, detail = problem
+    return m.JobRejected(envelope=ctx.envelope(reason, e.job_id), job_id=e.job_id, detail=detail)
+
+
+def _problem(state: CellState, e: m.JobSubmitted, offset: int) -> tuple[Reason, str] | None:
+    job = state.jobs.get(e.job_id)
+    if job is None or job.submit_offset != offset:
+        return Reason.DUPLICATE_JOB, f"job id {e.job_id} is already in use"
+    if e.workers < 1 or e.gpus_per_worker < 1:
+        return Reason.NO_GPUS_REQUESTED, f"asks for {e.workers} workers x {e.gpus_per_worker} GPUs"
+    if e.min_workers is not None and not 1 <= e.min_workers <= e.workers:
+        return Reason.INVALID_REQUEST, f"min_workers {e.min_workers} is not within 1..{e.workers}"
+    if e.team not in state.tenancy.teams:
+        return Reason.UNKNOWN_TEAM, f"team {e.team!r} is not defined"
+    if e.priority_class is not None and e.priority_class not in state.tenancy.priority_classes:
+        return Reason.UNKNOWN_PRIORITY_CLASS, f"priority class {e.priority_class!r} is not defined"
+    cluster = state.cluster
+    for level in (e.topology_required, e.topology_preferred):
+        if level is not None and cluster.level_index(level) is None:
+            known = ", ".join([*cluster.levels, "node"])
+            return Reason.UNKNOWN_TOPOLOGY_LEVEL, f"topology level {level!r} is not one of: {known}"
+    nodes = [n for n in cluster.of_type(e.gpu_type) if not n.spare]
+    if not nodes:
+        return Reason.UNKNOWN_GPU_TYPE, f"no {e.gpu_type!r} nodes in cell (types: {', '.join(cluster.gpu_types())})"
+    if e.gpus_per_worker > max(n.gpus for n in nodes):
+        return Reason.LARGER_THAN_NODE, f"{e.gpus_per_worker} GPUs per worker, largest node has {max(n.gpus for n in nodes)}"
+    total = sum((n.gpus // e.gpus_per_worker) for n in nodes)
+    if e.workers > total:
+        return Reason.LARGER_THAN_CELL, f"{e.workers} workers x {e.gpus_per_worker} GPUs exceed the cell's {total} slots"
+    if e.topology_required is not None:
+        level = cluster.level_index(e.topology_required)
+        sizes: dict[str, int] = {}
+        for n in nodes:
+            domain = cluster.domain_of(n, level)
+            sizes[domain] = sizes.get(domain, 0) + n.gpus // e.gpus_per_worker
+        if e.workers > max(sizes.values()):
+            return (Reason.LARGER_THAN_TOPOLOGY_DOMAIN,
+                    f"{e.workers} workers do not fit in any {e.topology_required} (largest holds {max(sizes.values())})")
+    return None
+
+
+def queue_order(state: CellState, jobs: list[Job], fair_share: bool) -> list[Job]:
+    """Within-nominal work first, then priority, weighted dominant share, submit order."""
+    tenancy = state.tenancy
+    shares = {t: tenancy.dominant_share_milli(t) for t in sorted({j.team for j in jobs})} if fair_share else {}
+
+    def key(job: Job) -> tuple:
+        borrows = tenancy.used(job.team, job.gpu_type) + job.gpus > tenancy.quota(job.team, job.gpu_type).nominal
+        return (borrows, -job.priority, shares.get(job.team, 0), job.submitted_at, job.submit_offset, job.job_id)
+
+    return sorted(jobs, key=key)
+
+
+def admission_cycle(state: CellState, ctx: Context) -> list[m.Decision]:
+    policy = ctx.policy.admission
+    now = ctx.now
+    waiting = [state.jobs[j] for j in state.queued if state.jobs[j].not_before <= now]
+    if not waiting:
+        return []
+    order = queue_order(state, waiting, policy.fair_share)
+    reserved_by = {name: node.reserved_for for name, node in state.cluster.nodes.items() if node.reserved_for}
+    reservations = {job for job in reserved_by.values()}
+    view = CapacityView(state.cluster)
+    usage = dict(state.tenancy.usage)
+    admitted_per_team: dict[str, int] = {}
+    # The smallest gang of each (GPU type, GPUs per worker) that found no room: bigger ones won't either.
+    no_room: dict[tuple[str, int], int] = {}
+    decisions: list[m.Decision] = []
+    head_blocked = False
+    for job in order:
+        if head_blocked:
+            _requeue_reason(decisions, job, Reason.WAITING_FOR_QUEUE_HEAD, "strict FIFO: the head of the queue waits", ctx)
+            continue
+        limit = policy.admissions_per_team_per_cycle
+        if limit is not None and admitted_per_team.get(job.team, 0) >= limit:
+            continue
+        fit = state.tenancy.admissible(job.team, job.gpu_type, job.gpus, policy.borrowing, usage)
+        if not fit.fits:
+            quota = state.tenancy.quota(job.team, job.gpu_type)
+            _requeue_reason(decisions, job, _QUOTA_REASONS[fit.limit],
+                            f"team {job.team} uses {usage.get((job.team, job.gpu_type), 0)} of nominal "
+                            f"{quota.nominal} {job.gpu_type}; {job.gpus} more exceed its {fit.limit.replace('_', ' ')}",
+                            ctx)
+            continue
+        key = (job.gpu_type, job.gpus_per_worker)
+        if key in no_room and job.workers >= no_room[key] and job.topology_required is None:
+            outcome: Placement | Unplaceable = Unplaceable(Reason.INSUFFICIENT_FREE_GPUS,
+                                                            f"no room for {job.gpus} {job.gpu_type} GPUs now")
+        else:
+            excluded = frozenset(n for n, holder in reserved_by.items() if holder != job.job_id)
+            outcome = view.place(job, ctx.policy.placement, excluded)
+        if isinstance(outcome, Placement):
+            decisions.append(_admit(state, job, fit.borrowed, outcome, ctx))
+            view.hold(outcome)
+            usage[(job.team, job.gpu_type)] = usage.get((job.team, job.gpu_type), 0) + job.gpus
+            admitted_per_team[job.team] = admitted_per_team.get(job.team, 0) + 1
+            continue
+        if job.topology_required is None and outcome.reason is Reason.INSUFFICIENT_FREE_GPUS:
+            no_room[key] = min(no_room.get(key, job.workers), job.workers)
+        if not policy.backfill:
+            head_blocked = True
+        if job.job_id in reservations:
+            continue  # keeps its reservation and its reason
+        waited = now - max(job.submitted_at, job.not_before)
+        if policy.backfill and waited >= policy.reservation_after_ms and len(reservations) < policy.max_reservations:
+            nodes = reservation_for(state, job, reserved_by)
+            if nodes:
+                reservations.add(job.job_id)
+                for name in nodes:
+                    reserved_by[name] = job.job_id
+                decisions.append(m.JobQueued(envelope=ctx.envelope(Reason.HOLDS_RESERVATION, job.job_id),
+                                             job_id=job.job_id, team=job.team, reserved_nodes=nodes,
+                                             detail=f"nodes drain for this gang: {', '.join(nodes)}"))
+                continue
+        _requeue_reason(decisions, job, outcome.reason, outcome.detail, ctx)
+    return decisions
+
+
+def _admit(state: CellState, job: Job, borrowed: int, placement: Placement, ctx: Context) -> m.JobAdmitted:
+    reason = Reason.BORROWED_FROM_COHORT if borrowed else Reason.WITHIN_NOMINAL_QUOTA
+    if any(state.jobs[j].reserved_nodes for j in state.queued if j != job.job_id and state.jobs[j].reserved_nodes) \
+            and not job.reserved_nodes:
+        reason = Reason.BACKFILLED if not borrowed else reason
+    return m.JobAdmitted(
+        envelope=ctx.envelope(reason, job.job_id), job_id=job.job_id, team=job.team, gpu_type=job.gpu_type,
+        gpus=job.gpus, borrowed=borrowed, domain=placement.domain,
+        assignments=[m.WorkerAssignment(worker=w, node=n, gpus=list(g)) for w, n, g in placement.assignments],
+    )
+
+
+def _requeue_reason(decisions: list[m.Decision], job: Job, reason: Reason, detail: str, ctx: Context) -> None:
+    """Says why the job waits, but only when the reason changed (the log stays quiet otherwise)."""
+    if job.reason is not reason:
+        decisions.append(m.JobQueued(envelope=ctx.envelope(reason, job.job_id), job_id=job.job_id, team=job.team,
+                                     detail=detail))
+
+
+def reservation_for(state: CellState, job: Job, reserved_by: dict[str, str]) -> list[str]:
+    """Nodes to drain for a blocked gang: inside the tightest domain that could hold it when empty,
+    the domain and nodes with the most free GPUs now, so the wait is as short as it can be."""
+    cluster = state.cluster
+    g = job.gpus_per_worker
+    nodes = [n for n in cluster.of_type(job.gpu_type) if n.schedulable and n.name not in reserved_by]
+    level = cluster.level_index(job.topology_required) if job.topology_required else None
+    groups: dict[str | None, list] = {}
+    for node in nodes:
+        groups.setdefault(cluster.domain_of(node, level) if level is not None else None, []).append(node)
+    best: tuple[int, str, list[str]] | None = None
+    for domain, members in sorted(groups.items(), key=lambda kv: kv[0] or ""):
+        members = sorted(members, key=lambda n: (-n.free, n.name))
+        chosen, slots = [], 0
+        for node in members:
+            if slots >= job.workers:
+                break
+            if node.healthy_gpus // g:
+                chosen.append(node)
+                slots += node.healthy_gpus // g
+        if slots < job.workers:
+            continue
+        busy = sum(n.healthy_gpus - n.free for n in chosen)
+        if best is None or busy < best[0]:
+            best = (busy, domain or "", sorted(n.name for n in chosen))
+    return best[2] if best else []

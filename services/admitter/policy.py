@@ -1,0 +1,17 @@
+"""Admission knobs: borrowing, ordering, and how a big gang's reservation ages in."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class AdmissionPolicy:
+    borrowing: bool = True  # may teams use unused, lendable quota of their cohort
+    fair_share: bool = True  # order teams by weighted dominant share (else by submit time only)
+    backfill: bool = True  # may smaller work pass a blocked gang (around its reservation)
+    #: A blocked gang waits this long before it holds a reservation; until then smaller work passes
+    #: it freely, afterwards the reserved nodes drain for it (only work that ends in time backfills).
+    reservation_after_ms: int = 5 * 60_000
+    max_reservations: int = 4  # at most this many gangs hold reservations at once
+    admissions_per_team_per_cycle: int | None = None  # None: no limit (Kueue admits one per queue)

@@ -1,0 +1,27 @@
+"""Policies are plain, versioned values: replaying a log with another policy is a what-if."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+from services.admitter.policy import AdmissionPolicy
+from services.placer.policy import PlacementPolicy
+from services.preemptor.policy import PreemptionPolicy
+from services.recovery.policy import RecoveryPolicy
+
+
+@dataclass(frozen=True)
+class Policy:
+    """Every knob of every decider, under one version string that decisions record."""
+
+    version: str = "gangway-1"
+    admission: AdmissionPolicy = field(default_factory=AdmissionPolicy)
+    placement: PlacementPolicy = field(default_factory=PlacementPolicy)
+    preemption: PreemptionPolicy = field(default_factory=PreemptionPolicy)
+    recovery: RecoveryPolicy = field(default_factory=RecoveryPolicy)
+
+    def with_version(self, version: str) -> Policy:
+        return replace(self, version=version)
+
+
+DEFAULT_POLICY = Policy()

@@ -1,0 +1,147 @@
+"""The preemptor: evicts whole gangs only when that makes a waiting, entitled gang placeable.
+
+Entitlement, in order: a lender reclaiming its nominal quota from borrowers, then higher
+priority over lower (within a team, or over a team that is borrowing). Victims are chosen by
+simulating admission after their eviction; among candidates it prefers the least work lost
+since the last checkpoint, then the fewest victims. Victims of other teams come only from teams
+that borrow, and a team stops giving victims once it no longer borrows; a job that just (re)started is protected for a minimum runtime. A victim is first asked to
+checkpoint; it is preempted when the checkpoint completes or the deadline passes.
+"""
+
+from __future__ import annotations
+
+from events import models as m
+from events.models import Reason
+from projections.cell import CellState
+from projections.jobs import Job, JobState
+from services.admitter.decide import queue_order
+from services.decider import Context
+from services.placement import CapacityView, Placement
+
+#: How many of the most entitled waiting gangs a Tick reconsiders.
+CANDIDATES_PER_TICK = 8
+
+
+class Preemptor:
+    name = "preemptor"
+
+    def decide(self, state: CellState, event: m.Event, ctx: Context) -> list[m.Decision]:
+        decisions: list[m.Decision] = []
+        if isinstance(event, m.CheckpointCompleted):
+            victim = state.jobs.get(event.job_id)
+            if victim is not None and victim.state is JobState.PREEMPTING and victim.attempt == event.attempt:
+                decisions.append(_preempted(victim, Reason.CHECKPOINT_COMPLETED, event.checkpoint_id, ctx))
+        if isinstance(event, m.Tick):
+            for victim in state.jobs_in(JobState.PREEMPTING):
+                if victim.preemption_deadline is not None and ctx.now >= victim.preemption_deadline:
+                    checkpoint = victim.checkpoint.checkpoint_id if victim.checkpoint else None
+                    decisions.append(_preempted(victim, Reason.CHECKPOINT_DEADLINE_PASSED, checkpoint, ctx))
+        if not ctx.policy.preemption.enabled:
+            return decisions
+        if isinstance(event, m.JobQueued):
+            job = state.jobs.get(event.job_id)
+            if job is not None:
+                decisions.extend(preempt_for(state, job, ctx))
+        elif isinstance(event, m.Tick):
+            waiting = [state.jobs[j] for j in state.queued if state.jobs[j].not_before <= ctx.now]
+            for job in queue_order(state, waiting, ctx.policy.admission.fair_share)[:CANDIDATES_PER_TICK]:
+                chosen = preempt_for(state, job, ctx)
+                decisions.extend(chosen)
+                if chosen:
+                    break  # one beneficiary per tick: the next tick sees the victims as preempting
+        return decisions
+
+
+def _preempted(victim: Job, reason: Reason, checkpoint_id: str | None, ctx: Context) -> m.JobPreempted:
+    return m.JobPreempted(envelope=ctx.envelope(reason, victim.job_id), job_id=victim.job_id,
+                          for_job_id=victim.preempted_for or "", checkpoint_id=checkpoint_id)
+
+
+def preempt_for(state: CellState, job: Job, ctx: Context) -> list[m.Decision]:
+    """PreemptionRequested for the victims that make `job` admissible, or nothing."""
+    policy = ctx.policy.preemption
+    if (job.state is not JobState.QUEUED or job.not_before > ctx.now
+            or ctx.now - max(job.submitted_at, job.not_before) < policy.wait_before_preempting_ms
+            or any(state.jobs[v].preempted_for == job.job_id for v in state.holding)):
+        return []
+    if _admissible_after(state, job, [], ctx):
+        return []  # the admitter will admit it without anyone's help
+    candidates = _candidates(state, job, ctx)
+    usage = dict(state.tenancy.usage)
+    chosen: list[Job] = []
+    for (category, *_), victim in candidates:
+        key = (victim.team, victim.gpu_type)
+        if victim.team != job.team and usage.get(key, 0) <= state.tenancy.quota(*key).nominal:
+            continue  # that team no longer borrows: never preempt a team within its nominal
+        chosen.append(victim)
+        usage[key] = usage.get(key, 0) - victim.gpus
+        if _admissible_after(state, job, chosen, ctx):
+            break
+    else:
+        return []
+    for victim in list(reversed(chosen)):  # drop victims the others make unnecessary
+        rest = [v for v in chosen if v is not victim]
+        if rest and _admissible_after(state, job, rest, ctx):
+            chosen = rest
+    reasons = {victim.job_id: key[0] for key, victim in candidates}
+    deadline = ctx.now + (policy.checkpoint_grace_ms if policy.checkpoint_aware else 0)
+    return [
+        m.PreemptionRequested(envelope=ctx.envelope(reasons[v.job_id], v.job_id), job_id=v.job_id,
+                              for_job_id=job.job_id, checkpoint_deadline=deadline)
+        for v in sorted(chosen, key=lambda v: v.job_id)
+    ]
+
+
+def _lost_work_gpu_ms(victim: Job, now: int) -> int:
+    since = victim.running_since or now
+    if victim.checkpoint is not None:
+        since = max(since, victim.checkpoint.at)
+    return victim.gpus * max(0, now - since)
+
+
+def _candidates(state: CellState, job: Job, ctx: Context) -> list[tuple[tuple, Job]]:
+    """Possible victims with their sort key: reclaim before priority, least lost work, biggest first."""
+    policy = ctx.policy.preemption
+    tenancy = state.tenancy
+    now = ctx.now
+    pool = set(tenancy.pool_members(job.team))
+    within_nominal = tenancy.used(job.team, job.gpu_type) + job.gpus <= tenancy.quota(job.team, job.gpu_type).nominal
+    usage = dict(tenancy.usage)
+    out = []
+    for victim_id in sorted(state.holding):
+        victim = state.jobs[victim_id]
+        if (victim.state not in (JobState.RUNNING, JobState.PLACED) or not victim.preemptible
+                or victim.gpu_type != job.gpu_type or victim.job_id == job.job_id):
+            continue
+        if victim.running_since is None or now - victim.running_since < policy.min_runtime_ms:
+            continue  # not running yet, or protected after a (re)start
+        borrowing = usage.get((victim.team, victim.gpu_type), 0) > tenancy.quota(victim.team, victim.gpu_type).nominal
+        if (policy.reclaim_lent_quota and within_nominal and victim.team != job.team and victim.team in pool
+                and borrowing):
+            category = Reason.RECLAIM_LENT_QUOTA
+        elif policy.priority and victim.priority < job.priority and (
+                victim.team == job.team or (victim.team in pool and borrowing)):
+            category = Reason.HIGHER_PRIORITY
+        else:
+            continue
+        rank = 0 if category is Reason.RECLAIM_LENT_QUOTA else 1
+        lost = _lost_work_gpu_ms(victim, now) if policy.checkpoint_aware else 0
+        started = -(victim.running_since or 0)  # without checkpoint awareness: newest first, as Kueue does
+        out.append(((category, rank, lost, started if not policy.checkpoint_aware else 0, -victim.gpus,
+                     victim.job_id), victim))
+    out.sort(key=lambda c: c[0][1:])
+    return out
+
+
+def _admissible_after(state: CellState, job: Job, victims: list[Job], ctx: Context) -> bool:
+    usage = dict(state.tenancy.usage)
+    view = CapacityView(state.cluster)
+    for victim in victims:
+        key = (victim.team, victim.gpu_type)
+        usage[key] = usage.get(key, 0) - victim.gpus
+        view.release(victim)
+    if not state.tenancy.admissible(job.team, job.gpu_type, job.gpus, ctx.policy.admission.borrowing, usage).fits:
+        return False
+    excluded = frozenset(n for n, node in state.cluster.nodes.items()
+                         if node.reserved_for and node.reserved_for != job.job_id)
+    return isinstance(view.place(job, ctx.policy.placement, excluded), Placement)

@@ -1,0 +1,1 @@
+"""The recovery service: decide.py is its pure core, policy.py its knobs."""

@@ -1,0 +1,145 @@
+"""Recovery: turns silence and GPU errors into facts, and restarts the jobs they hit.
+
+Heartbeat silence past the threshold becomes `NodeFailed` with its evidence; an Xid error
+becomes `GpuFaulted` (retire the GPU, cordon the node, or the job's own fault). Jobs on failed
+hardware are interrupted and requeued from their last checkpoint with exponential back-off, or
+failed once their restart budget is spent. A free hot spare in the failed node's domain joins the
+pool, and a node that passes its health checks returns. Worker exits end jobs.
+"""
+
+from __future__ import annotations
+
+from events import models as m
+from events.models import Reason, XidAction
+from projections.cell import CellState
+from projections.cluster import Node
+from projections.jobs import Job, JobState
+from services.decider import Context
+from services.recovery.xid import classify
+
+_XID_REASONS = {XidAction.RETIRE_GPU: Reason.GPU_XID_HARDWARE, XidAction.CORDON_NODE: Reason.GPU_XID_NODE,
+                XidAction.JOB_ONLY: Reason.GPU_XID_APPLICATION}
+
+
+class Recovery:
+    name = "recovery"
+
+    def decide(self, state: CellState, event: m.Event, ctx: Context) -> list[m.Decision]:
+        if isinstance(event, m.Tick):
+            return silent_nodes(state, ctx)
+        if isinstance(event, m.NodeFailed):
+            node = state.cluster.nodes.get(event.node)
+            if node is None:
+                return []
+            return [*interrupt(state, _jobs_on(state, node), node.name, Reason.NODE_FAILED,
+                               f"node {node.name} failed", ctx), *activate_spare(state, node, ctx)]
+        if isinstance(event, m.GpuErrorReported):
+            return gpu_error(state, event, ctx)
+        if isinstance(event, m.GpuFaulted):
+            return gpu_faulted(state, event, ctx)
+        if isinstance(event, m.WorkerExited):
+            return worker_exited(state, event, ctx)
+        if isinstance(event, m.NodeHealthCheckPassed):
+            node = state.cluster.nodes.get(event.node)
+            if node is not None and (node.failed or node.cordoned):
+                return [m.NodeRecovered(envelope=ctx.envelope(Reason.HEALTH_CHECK_PASSED), node=node.name)]
+        return []
+
+
+def silent_nodes(state: CellState, ctx: Context) -> list[m.Decision]:
+    threshold = ctx.policy.recovery.heartbeat_timeout_ms
+    return [
+        m.NodeFailed(envelope=ctx.envelope(Reason.HEARTBEAT_MISSED), node=name,
+                     last_heartbeat_at=last, threshold_ms=threshold)
+        for name, last in sorted(state.last_heartbeat.items())
+        if ctx.now - last > threshold and name in state.cluster.nodes and not state.cluster.nodes[name].failed
+    ]
+
+
+def gpu_error(state: CellState, event: m.GpuErrorReported, ctx: Context) -> list[m.Decision]:
+    node = state.cluster.nodes.get(event.node)
+    if node is None or not 0 <= event.gpu < node.gpus:
+        return [m.RequestRejected(envelope=ctx.envelope(Reason.INVALID_REQUEST),
+                                  request_event_id=event.envelope.event_id, request_type="GpuErrorReported",
+                                  detail=f"no GPU {event.gpu} on node {event.node!r}")]
+    action, meaning = classify(event.xid)
+    return [m.GpuFaulted(envelope=ctx.envelope(_XID_REASONS[action]), node=node.name, gpu=event.gpu,
+                         xid=event.xid, action=action)]
+
+
+def gpu_faulted(state: CellState, event: m.GpuFaulted, ctx: Context) -> list[m.Decision]:
+    node = state.cluster.nodes.get(event.node)
+    if node is None:
+        return []
+    _, meaning = classify(event.xid)
+    detail = f"Xid {event.xid} on {node.name} GPU {event.gpu}: {meaning}"
+    reason = _XID_REASONS[event.action]
+    if event.action is XidAction.CORDON_NODE:
+        return [*interrupt(state, _jobs_on(state, node), node.name, reason, detail, ctx),
+                *activate_spare(state, node, ctx)]
+    holder = node.holder.get(event.gpu)
+    jobs = [state.jobs[holder]] if holder is not None else []
+    return interrupt(state, jobs, node.name, reason, detail, ctx)
+
+
+def worker_exited(state: CellState, event: m.WorkerExited, ctx: Context) -> list[m.Decision]:
+    job = state.jobs.get(event.job_id)
+    if job is None or job.attempt != event.attempt or job.state not in (JobState.PLACED, JobState.RUNNING):
+        return []
+    if event.exit_code != 0:
+        return interrupt(state, [job], event.node, Reason.WORKER_FAILED,
+                         f"worker {event.worker} exited with code {event.exit_code}", ctx)
+    if len(job.succeeded_workers) >= len(job.assignments):
+        return [m.JobSucceeded(envelope=ctx.envelope(Reason.ALL_WORKERS_SUCCEEDED, job.job_id), job_id=job.job_id)]
+    return []
+
+
+def interrupt(state: CellState, jobs: list[Job], node: str | None, reason: Reason, detail: str,
+              ctx: Context) -> list[m.Decision]:
+    """JobInterrupted for each job, then JobRequeued with back-off or JobFailed when its budget is spent."""
+    policy = ctx.policy.recovery
+    decisions: list[m.Decision] = []
+    for job in sorted(jobs, key=lambda j: j.job_id):
+        if not job.holds_capacity:
+            continue
+        decisions.append(m.JobInterrupted(envelope=ctx.envelope(reason, job.job_id), job_id=job.job_id,
+                                          attempt=job.attempt, node=node, detail=detail))
+        restarts = job.restarts + 1
+        if restarts > job.max_restarts:
+            decisions.append(m.JobFailed(envelope=ctx.envelope(Reason.RESTART_BUDGET_SPENT, job.job_id),
+                                         job_id=job.job_id,
+                                         detail=f"{restarts} interruptions, restart budget {job.max_restarts}"))
+            continue
+        backoff = min(policy.backoff_max_ms, policy.backoff_base_ms * 2 ** (restarts - 1))
+        decisions.append(m.JobRequeued(
+            envelope=ctx.envelope(Reason.BACKOFF_SCHEDULED, job.job_id), job_id=job.job_id,
+            attempt=job.attempt + 1, not_before=ctx.now + backoff,
+            resume_checkpoint_id=job.checkpoint.checkpoint_id if job.checkpoint else None,
+        ))
+    return decisions
+
+
+def activate_spare(state: CellState, failed: Node, ctx: Context) -> list[m.Decision]:
+    """The free spare of the same GPU type that shares the deepest topology domain with `failed`."""
+    if not ctx.policy.recovery.use_hot_spares:
+        return []
+    spares = [n for n in state.cluster.of_type(failed.gpu_type)
+              if n.spare and not n.activated and not n.failed and not n.cordoned]
+    if not spares:
+        return []
+
+    def shared_depth(spare: Node) -> int:
+        depth = 0
+        for mine, theirs in zip(failed.domains, spare.domains):
+            if mine != theirs:
+                break
+            depth += 1
+        return depth
+
+    best = min(spares, key=lambda s: (-shared_depth(s), s.name))
+    return [m.SpareActivated(envelope=ctx.envelope(Reason.SPARE_REPLACES_FAILED_NODE), node=best.name,
+                             replaces=failed.name)]
+
+
+def _jobs_on(state: CellState, node: Node) -> list[Job]:
+    return [state.jobs[j] for j in node.jobs() if j in state.jobs]

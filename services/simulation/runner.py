@@ -1,0 +1,83 @@
+"""An in-memory log in virtual time: inputs and agent reports are appended in time order, and
+every event is folded and decided in log order, exactly as the Kafka services would."""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+from events import models as m
+from projections.cell import CellState
+from services.admitter.decide import Admitter
+from services.decider import Decider, step
+from services.placer.decide import Placer
+from services.policy import DEFAULT_POLICY, Policy
+from services.preemptor.decide import Preemptor
+from services.recovery.decide import Recovery
+
+
+def all_deciders() -> list[Decider]:
+    """The four services, in the order they answer an event."""
+    return [Admitter(), Placer(), Preemptor(), Recovery()]
+
+
+Observer = Callable[["VirtualCell", m.Event, int], None]
+
+
+@dataclass
+class VirtualCell:
+    """One cell's log, state and deciders; `schedule` future events, `run_until` plays them."""
+
+    cell: str = "cell-a"
+    policy: Policy = DEFAULT_POLICY
+    deciders: list[Decider] = field(default_factory=all_deciders)
+    tick_ms: int = 10_000
+    state: CellState = field(default_factory=CellState)
+    log: list[m.Event] = field(default_factory=list)
+    observers: list[Observer] = field(default_factory=list)
+    now: int = 0
+    _pending: list[tuple[int, int, m.Event]] = field(default_factory=list)
+    _seq: int = 0
+    _next_tick: int = 0
+
+    def envelope(self, at: int, producer: str, correlation_id: str | None = None) -> m.Envelope:
+        self._seq += 1
+        return m.Envelope(event_id=f"{producer}-{self._seq}", cell=self.cell, at=at, producer=producer,
+                          correlation_id=correlation_id)
+
+    def schedule(self, event: m.Event) -> None:
+        self._seq += 1
+        heapq.heappush(self._pending, (event.envelope.at, self._seq, event))
+
+    def schedule_all(self, events: Iterable[m.Event]) -> None:
+        for event in events:
+            self.schedule(event)
+
+    def append(self, event: m.Event) -> None:
+        """Appends one event and plays the log forward until every decision it caused is folded."""
+        cursor = len(self.log)
+        self.log.append(event)
+        while cursor < len(self.log):
+            current = self.log[cursor]
+            decisions = step(self.state, current, cursor, self.deciders, self.policy)
+            self.log.extend(decisions)
+            for observer in self.observers:
+                observer(self, current, cursor)
+            cursor += 1
+
+    def run_until(self, until: int) -> None:
+        """Plays scheduled events and clock ticks in time order up to and including `until`."""
+        while True:
+            next_event_at = self._pending[0][0] if self._pending else None
+            if self._next_tick <= until and (next_event_at is None or self._next_tick < next_event_at):
+                self.now = self._next_tick
+                self.append(m.Tick(envelope=self.envelope(self.now, "clock")))
+                self._next_tick += self.tick_ms
+                continue
+            if next_event_at is None or next_event_at > until:
+                break
+            at, _, event = heapq.heappop(self._pending)
+            self.now = max(self.now, at)
+            self.append(event)
+        self.now = max(self.now, until)
