@@ -22,7 +22,10 @@ class CellState:
     queued: set[str] = field(default_factory=set)  # job ids in state QUEUED
     admitted: set[str] = field(default_factory=set)  # job ids admitted but not yet placed
     holding: set[str] = field(default_factory=set)  # job ids holding GPUs or quota
+    preempting: set[str] = field(default_factory=set)  # job ids asked to checkpoint and make room
+    holding_by_team: dict[str, set[str]] = field(default_factory=dict)
     last_heartbeat: dict[str, int] = field(default_factory=dict)
+    reservations: dict[str, tuple[str, ...]] = field(default_factory=dict)  # queued job -> nodes draining for it
 
     def job(self, job_id: str) -> Job | None:
         return self.jobs.get(job_id)
@@ -35,8 +38,14 @@ class CellState:
         job.state = state
         for index, member in ((self.queued, state is JobState.QUEUED),
                               (self.admitted, state is JobState.ADMITTED),
+                              (self.preempting, state is JobState.PREEMPTING),
                               (self.holding, job.holds_capacity)):
             if member:
                 index.add(job.job_id)
             else:
                 index.discard(job.job_id)
+        team = self.holding_by_team.setdefault(job.team, set())
+        if job.holds_capacity:
+            team.add(job.job_id)
+        else:
+            team.discard(job.job_id)

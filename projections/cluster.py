@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from dataclasses import dataclass, field
 
 NODE_LEVEL = "node"
@@ -52,26 +53,96 @@ def domain_ids(labels: dict[str, str], levels: tuple[str, ...]) -> tuple[str, ..
     return tuple(ids)
 
 
+CELL = -1  # level index of the whole cell in the capacity index
+
+
 @dataclass
 class Cluster:
-    """All nodes of a cell, indexed by GPU type, plus the declared topology levels."""
+    """All nodes of a cell, indexed by GPU type, plus the declared topology levels.
+
+    It also keeps a capacity index, updated by `recount` whenever a node changes: for every GPU
+    type and topology domain a histogram of schedulable nodes by free GPUs, and the nodes of each
+    free count. Placement then asks "which domain has room for w workers of g GPUs" in time
+    proportional to the number of domains, not the number of nodes.
+    """
 
     levels: tuple[str, ...] = ()
     nodes: dict[str, Node] = field(default_factory=dict)
     by_type: dict[str, list[str]] = field(default_factory=dict)  # gpu type -> sorted node names
+    #: (gpu type, level index or CELL, domain) -> count of schedulable nodes by free GPUs
+    histogram: dict[tuple[str, int, str], list[int]] = field(default_factory=dict)
+    #: (gpu type, level index) -> sorted domain ids;  (gpu type, level index, domain) -> sorted node names
+    domains: dict[tuple[str, int], list[str]] = field(default_factory=dict)
+    members: dict[tuple[str, int, str], list[str]] = field(default_factory=dict)
+    #: gpu type -> free GPU count -> sorted names of schedulable nodes with that many free
+    by_free: dict[str, dict[int, list[str]]] = field(default_factory=dict)
+    counted: dict[str, int] = field(default_factory=dict)  # node -> free count it is indexed under
+    #: gpu type -> GPUs per node -> number of (non-spare) nodes of that size, for validating requests
+    sizes: dict[str, dict[int, int]] = field(default_factory=dict)
 
     def add(self, node: Node) -> None:
         old = self.nodes.get(node.name)
-        if old is not None and old.gpu_type != node.gpu_type:
-            self.by_type[old.gpu_type].remove(old.name)
+        if old is not None:
+            self._uncount(old)
+            self._unlist(old)
         self.nodes[node.name] = node
-        names = self.by_type.setdefault(node.gpu_type, [])
-        if node.name not in names:
-            names.append(node.name)
-            names.sort()
+        self._list(node)
+        self.recount(node)
+
+    def reindex(self) -> None:
+        """Rebuilds the domain lists and the capacity index (after the topology levels change)."""
+        self.histogram.clear(), self.domains.clear(), self.members.clear(), self.by_free.clear()
+        self.counted.clear()
+        self.by_type.clear()
+        self.sizes.clear()
+        for name in sorted(self.nodes):
+            self._list(self.nodes[name])
+            self.recount(self.nodes[name])
+
+    def _keys(self, node: Node) -> list[tuple[str, int, str]]:
+        keys = [(node.gpu_type, CELL, "")]
+        keys += [(node.gpu_type, i, domain) for i, domain in enumerate(node.domains)]
+        return keys
+
+    def _list(self, node: Node) -> None:
+        if not node.spare:
+            sizes = self.sizes.setdefault(node.gpu_type, {})
+            sizes[node.gpus] = sizes.get(node.gpus, 0) + 1
+        insort_unique(self.by_type.setdefault(node.gpu_type, []), node.name)
+        for key in self._keys(node):
+            insort_unique(self.domains.setdefault(key[:2], []), key[2])
+            insort_unique(self.members.setdefault(key, []), node.name)
+
+    def _unlist(self, node: Node) -> None:
+        if not node.spare:
+            self.sizes[node.gpu_type][node.gpus] -= 1
+        remove_sorted(self.by_type.get(node.gpu_type, []), node.name)
+        for key in self._keys(node):
+            remove_sorted(self.members.get(key, []), node.name)
+
+    def recount(self, node: Node) -> None:
+        """Re-indexes one node after its GPUs, health or flags changed."""
+        self._uncount(node)
+        if node.schedulable:
+            free = node.free
+            self.counted[node.name] = free
+            for key in self._keys(node):
+                histogram = self.histogram.setdefault(key, [0] * (node.gpus + 1))
+                if len(histogram) <= free:
+                    histogram.extend([0] * (free + 1 - len(histogram)))
+                histogram[free] += 1
+            insort_unique(self.by_free.setdefault(node.gpu_type, {}).setdefault(free, []), node.name)
+
+    def _uncount(self, node: Node) -> None:
+        free = self.counted.pop(node.name, None)
+        if free is None:
+            return
+        for key in self._keys(node):
+            self.histogram[key][free] -= 1
+        remove_sorted(self.by_free[node.gpu_type][free], node.name)
 
     def gpu_types(self) -> list[str]:
-        return sorted(self.by_type)
+        return sorted(t for t, names in self.by_type.items() if names)
 
     def of_type(self, gpu_type: str) -> list[Node]:
         return [self.nodes[name] for name in self.by_type.get(gpu_type, ())]
@@ -88,3 +159,15 @@ class Cluster:
 
     def domain_of(self, node: Node, level_index: int) -> str:
         return node.name if level_index >= len(self.levels) else node.domains[level_index]
+
+
+def insort_unique(items: list[str], item: str) -> None:
+    i = bisect_left(items, item)
+    if i == len(items) or items[i] != item:
+        items.insert(i, item)
+
+
+def remove_sorted(items: list[str], item: str) -> None:
+    i = bisect_left(items, item)
+    if i < len(items) and items[i] == item:
+        del items[i]

@@ -67,6 +67,7 @@ def _drop_reservation(state: CellState, job: Job) -> None:
             node.reserved_for = None
     job.reserved_nodes = ()
     job.reserved_since = None
+    state.reservations.pop(job.job_id, None)
 
 
 def _end(state: CellState, job: Job, final: JobState, at: int) -> None:
@@ -82,21 +83,25 @@ def _cell_configured(state: CellState, e: m.CellConfigured, offset: int) -> None
     state.cluster.levels = tuple(e.topology_levels)
     for node in state.cluster.nodes.values():
         node.domains = domain_ids(node.labels, state.cluster.levels)
+    state.cluster.reindex()
 
 
 def _cohort_defined(state: CellState, e: m.CohortDefined, offset: int) -> None:
     state.tenancy.cohort_parent[e.cohort] = e.parent
+    state.tenancy.configuration_changed()
 
 
 def _team_defined(state: CellState, e: m.TeamDefined, offset: int) -> None:
     state.tenancy.teams[e.team] = Team(e.team, e.cohort, e.weight_milli)
     if e.cohort is not None:
         state.tenancy.cohort_parent.setdefault(e.cohort, None)
+    state.tenancy.configuration_changed()
 
 
 def _quota_set(state: CellState, e: m.QuotaSet, offset: int) -> None:
     if e.team in state.tenancy.teams and e.nominal >= 0:
         state.tenancy.quotas[(e.team, e.gpu_type)] = Quota(e.nominal, e.borrowing_limit, e.lending_limit)
+    state.tenancy.configuration_changed()
 
 
 def _priority_class_defined(state: CellState, e: m.PriorityClassDefined, offset: int) -> None:
@@ -124,6 +129,7 @@ def _node_flag(flag: str, value: bool) -> Callable[[CellState, m.Event, int], No
         node = state.cluster.nodes.get(e.node)  # type: ignore[attr-defined]
         if node is not None:
             setattr(node, flag, value)
+            state.cluster.recount(node)
     return handler
 
 
@@ -132,6 +138,7 @@ def _node_recovered(state: CellState, e: m.NodeRecovered, offset: int) -> None:
     if node is not None:
         node.failed = False
         node.cordoned = False
+        state.cluster.recount(node)
         state.last_heartbeat[e.node] = e.envelope.at
 
 
@@ -143,6 +150,7 @@ def _gpu_faulted(state: CellState, e: m.GpuFaulted, offset: int) -> None:
         node.retired = node.retired | {e.gpu}
     elif e.action is m.XidAction.CORDON_NODE:
         node.cordoned = True
+    state.cluster.recount(node)
 
 
 # --- jobs ------------------------------------------------------------------------------------
@@ -173,6 +181,7 @@ def _job_queued(state: CellState, e: m.JobQueued, offset: int) -> None:
     if e.reserved_nodes:
         job.reserved_nodes = tuple(e.reserved_nodes)
         job.reserved_since = e.envelope.at
+        state.reservations[job.job_id] = job.reserved_nodes
         for name in e.reserved_nodes:
             if name in state.cluster.nodes:
                 state.cluster.nodes[name].reserved_for = job.job_id
@@ -211,8 +220,10 @@ def _assignable(state: CellState, job: Job, assignments: list[m.WorkerAssignment
 
 def _hold(state: CellState, job: Job, assignments: list[m.WorkerAssignment], domain: str | None) -> None:
     for a in assignments:
+        node = state.cluster.nodes[a.node]
         for g in a.gpus:
-            state.cluster.nodes[a.node].holder[g] = job.job_id
+            node.holder[g] = job.job_id
+        state.cluster.recount(node)
     job.assignments = tuple((a.worker, a.node, tuple(a.gpus)) for a in assignments)
     job.domain = domain
 
@@ -220,9 +231,12 @@ def _hold(state: CellState, job: Job, assignments: list[m.WorkerAssignment], dom
 def _unhold(state: CellState, job: Job) -> None:
     for _, node_name, gpus in job.assignments:
         node = state.cluster.nodes.get(node_name)
+        if node is None:
+            continue
         for g in gpus:
-            if node is not None and node.holder.get(g) == job.job_id:
+            if node.holder.get(g) == job.job_id:
                 del node.holder[g]
+        state.cluster.recount(node)
     job.assignments = ()
     job.domain = None
 

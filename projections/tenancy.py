@@ -62,6 +62,15 @@ class Tenancy:
     quotas: dict[tuple[str, str], Quota] = field(default_factory=dict)
     priority_classes: dict[str, PriorityClass] = field(default_factory=dict)
     usage: dict[tuple[str, str], int] = field(default_factory=dict)
+    #: memo of pool members and pool sizes; evolve calls `configuration_changed` to clear it
+    _pools: dict[str, list[str]] = field(default_factory=dict, repr=False, compare=False)
+    _pool_sizes: dict[tuple[str, str], int] = field(default_factory=dict, repr=False, compare=False)
+    _pool_guaranteed: dict[tuple[str, str], list] = field(default_factory=dict, repr=False, compare=False)
+
+    def configuration_changed(self) -> None:
+        self._pools.clear()
+        self._pool_sizes.clear()
+        self._pool_guaranteed.clear()
 
     def root_cohort(self, cohort: str | None) -> str | None:
         seen = set()
@@ -72,10 +81,13 @@ class Tenancy:
 
     def pool_members(self, team: str) -> list[str]:
         """Teams sharing a lending pool with `team` (itself included), sorted."""
-        root = self.root_cohort(self.teams[team].cohort) if team in self.teams else None
-        if root is None:
-            return [team]
-        return sorted(t for t, spec in self.teams.items() if self.root_cohort(spec.cohort) == root)
+        members = self._pools.get(team)
+        if members is None:
+            root = self.root_cohort(self.teams[team].cohort) if team in self.teams else None
+            members = [team] if root is None else sorted(
+                t for t, spec in self.teams.items() if self.root_cohort(spec.cohort) == root)
+            self._pools[team] = members
+        return members
 
     def quota(self, team: str, gpu_type: str) -> Quota:
         return self.quotas.get((team, gpu_type), Quota())
@@ -84,14 +96,19 @@ class Tenancy:
         return self.usage.get((team, gpu_type), 0)
 
     def pool_size(self, team: str, gpu_type: str) -> int:
-        return sum(self.quota(t, gpu_type).lendable for t in self.pool_members(team))
+        size = self._pool_sizes.get((team, gpu_type))
+        if size is None:
+            size = self._pool_sizes[(team, gpu_type)] = sum(
+                self.quota(t, gpu_type).lendable for t in self.pool_members(team))
+        return size
 
     def pool_used(self, team: str, gpu_type: str, usage: dict[tuple[str, str], int] | None = None) -> int:
         usage = self.usage if usage is None else usage
-        return sum(
-            max(0, usage.get((t, gpu_type), 0) - self.quota(t, gpu_type).guaranteed)
-            for t in self.pool_members(team)
-        )
+        guaranteed = self._pool_guaranteed.get((team, gpu_type))
+        if guaranteed is None:
+            guaranteed = self._pool_guaranteed[(team, gpu_type)] = [
+                ((t, gpu_type), self.quota(t, gpu_type).guaranteed) for t in self.pool_members(team)]
+        return sum(max(0, usage.get(key, 0) - kept) for key, kept in guaranteed)
 
     def admissible(self, team: str, gpu_type: str, gpus: int, borrowing: bool = True,
                    usage: dict[tuple[str, str], int] | None = None) -> Admissibility:

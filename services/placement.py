@@ -1,8 +1,10 @@
 """Gang placement: the whole gang on healthy nodes of its GPU type, in the tightest domain that fits.
 
 Shared by the admitter (is this gang placeable right now?), the placer (bind it) and the
-preemptor (would it be placeable after these evictions?). A `CapacityView` is a scratch copy of
-free GPUs that callers can hold and release in without touching the folded state.
+preemptor (would it be placeable after these evictions?). A `CapacityView` overlays holds and
+releases on the cluster's capacity index without touching the folded state, so a decider can try
+several gangs in a row. Domains are compared through the index's free-GPU histograms; only the
+chosen domain's nodes are looked at one by one.
 """
 
 from __future__ import annotations
@@ -11,14 +13,16 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from events.models import Reason
-from projections.cluster import Cluster
+from projections.cluster import CELL, Cluster, Node
 from projections.jobs import Job
 from services.placer.policy import PlacementPolicy
+
+Assignments = tuple[tuple[int, str, tuple[int, ...]], ...]  # (worker, node, GPU indices)
 
 
 @dataclass(frozen=True)
 class Placement:
-    assignments: tuple[tuple[int, str, tuple[int, ...]], ...]  # (worker, node, GPU indices)
+    assignments: Assignments
     domain: str | None
 
 
@@ -28,111 +32,158 @@ class Unplaceable:
     detail: str
 
 
-class CapacityView:
-    """Free GPU indices per schedulable node of one cell, as a caller's scratch pad."""
+def _slots(histogram: list[int], g: int) -> int:
+    return sum(count * (free // g) for free, count in enumerate(histogram) if free >= g and count)
 
-    def __init__(self, cluster: Cluster, excluded: Iterable[str] = ()) -> None:
+
+class CapacityView:
+    """Free GPUs of a cell as one decider sees them while it tries placements."""
+
+    def __init__(self, cluster: Cluster) -> None:
         self.cluster = cluster
-        skip = set(excluded)
-        self.free: dict[str, list[int]] = {}
-        for name, node in cluster.nodes.items():
-            if node.schedulable and name not in skip:
-                self.free[name] = node.free_indices()
+        self.taken: dict[str, set[int]] = {}
+        self.released: dict[str, set[int]] = {}
+        self.effective: dict[str, int] = {}  # node -> free count in this view, where it differs from the index
+        self.histogram: dict[tuple[str, int, str], list[int]] = {}  # overrides of the index
+
+    # --- what the view holds and gives back -------------------------------------------------
+
+    def free_indices(self, node: Node) -> list[int]:
+        taken = self.taken.get(node.name, ())
+        released = self.released.get(node.name, ())
+        return [i for i in range(node.gpus)
+                if (i not in node.holder or i in released) and i not in node.retired and i not in taken]
+
+    def free(self, node: Node) -> int:
+        if node.name in self.effective:
+            return self.effective[node.name]
+        return self.cluster.counted.get(node.name, 0)
+
+    def _set_free(self, node: Node, before: int, after: int) -> None:
+        if not node.schedulable:
+            return
+        for key in self.cluster._keys(node):
+            histogram = self.histogram.get(key)
+            if histogram is None:
+                histogram = self.histogram[key] = list(self.cluster.histogram[key])
+            if len(histogram) <= max(before, after):
+                histogram.extend([0] * (max(before, after) + 1 - len(histogram)))
+            histogram[before] -= 1
+            histogram[after] += 1
+        self.effective[node.name] = after
 
     def hold(self, placement: Placement) -> None:
-        for _, node, gpus in placement.assignments:
-            taken = set(gpus)
-            self.free[node] = [g for g in self.free.get(node, []) if g not in taken]
+        for _, name, gpus in placement.assignments:
+            node = self.cluster.nodes[name]
+            before = self.free(node)
+            self.taken.setdefault(name, set()).update(gpus)
+            self._set_free(node, before, len(self.free_indices(node)))
 
     def release(self, job: Job) -> None:
         """Gives back what `job` holds in the folded state (for preemption what-ifs)."""
         for _, name, gpus in job.assignments:
             node = self.cluster.nodes.get(name)
-            if node is not None and node.schedulable:
-                self.free[name] = sorted(set(self.free.get(name, [])) | {g for g in gpus if g not in node.retired})
+            if node is None or not node.schedulable:
+                continue
+            before = self.free(node)
+            self.released.setdefault(name, set()).update(gpus)
+            self._set_free(node, before, len(self.free_indices(node)))
 
-    def place(self, job: Job, policy: PlacementPolicy, excluded: frozenset[str] = frozenset()) -> Placement | Unplaceable:
-        return place(self, job, policy, excluded)
+    def _histogram(self, key: tuple[str, int, str], excluded: dict[str, Node]) -> list[int]:
+        histogram = self.histogram.get(key) or self.cluster.histogram.get(key) or [0]
+        hidden = [n for n in excluded.values() if key[1] == CELL or n.domains[key[1]] == key[2]] if excluded else []
+        if hidden:
+            histogram = list(histogram)
+            for node in hidden:
+                histogram[self.free(node)] -= 1
+        return histogram
+
+    # --- placing a gang -----------------------------------------------------------------------
+
+    def place(self, job: Job, policy: PlacementPolicy,
+              excluded: Iterable[str] = ()) -> Placement | Unplaceable:
+        """Chooses nodes and GPU indices for every worker of `job`, or says what prevents it."""
+        cluster = self.cluster
+        g, workers = job.gpus_per_worker, job.workers
+        gpu_type = job.gpu_type
+        hidden = {n: cluster.nodes[n] for n in excluded
+                  if n in cluster.nodes and cluster.nodes[n].gpu_type == gpu_type and cluster.nodes[n].schedulable}
+        cell = self._histogram((gpu_type, CELL, ""), hidden)
+        if not any(cell):
+            return Unplaceable(Reason.NO_HEALTHY_NODES_OF_TYPE, f"no schedulable {gpu_type} node in the cell")
+        free_total = sum(free * count for free, count in enumerate(cell))
+        if free_total < job.gpus:
+            return Unplaceable(Reason.INSUFFICIENT_FREE_GPUS, f"needs {job.gpus} {gpu_type} GPUs, {free_total} free")
+        if _slots(cell, g) < workers:
+            return Unplaceable(Reason.FRAGMENTED,
+                               f"{free_total} {gpu_type} GPUs free but only {_slots(cell, g)} slots of {g} GPUs "
+                               f"for {workers} workers")
+        for level in _search_levels(cluster, job, policy):
+            chosen = self._tightest(job, level, hidden)
+            if chosen is not None:
+                domain, members = chosen
+                return Placement(self._assign(members, job, policy, hidden), domain)
+        return Unplaceable(Reason.TOPOLOGY_DOMAIN_TOO_SMALL,
+                           f"no single {job.topology_required} has {workers} free slots of {g} {gpu_type} GPUs")
+
+    def _tightest(self, job: Job, level: int, hidden: dict[str, Node]) -> tuple[str | None, list[str]] | None:
+        cluster, g, workers, gpu_type = self.cluster, job.gpus_per_worker, job.workers, job.gpu_type
+        if level == CELL:
+            return None, cluster.members.get((gpu_type, CELL, ""), [])
+        if level >= len(cluster.levels):
+            return self._best_node(job, hidden)
+        best: tuple[int, str] | None = None
+        for domain in cluster.domains.get((gpu_type, level), ()):
+            slots = _slots(self._histogram((gpu_type, level, domain), hidden), g)
+            if slots >= workers and (best is None or slots < best[0]):
+                best = (slots, domain)
+        if best is None:
+            return None
+        return best[1], cluster.members[(gpu_type, level, best[1])]
+
+    def _best_node(self, job: Job, hidden: dict[str, Node]) -> tuple[str, list[str]] | None:
+        """The node with the fewest free GPUs that still holds the whole gang."""
+        need = job.workers * job.gpus_per_worker
+        best: tuple[int, str] | None = None
+        buckets = self.cluster.by_free.get(job.gpu_type, {})
+        for free in sorted(f for f in buckets if f >= need):
+            for name in buckets[free]:
+                if name not in self.effective and name not in hidden:
+                    best = (free, name)
+                    break
+            if best is not None:
+                break
+        for name, free in self.effective.items():
+            node = self.cluster.nodes[name]
+            if node.gpu_type == job.gpu_type and name not in hidden and free >= need and (
+                    best is None or (free, name) < best):
+                best = (free, name)
+        return (best[1], [best[1]]) if best else None
+
+    def _assign(self, members: list[str], job: Job, policy: PlacementPolicy,
+                hidden: dict[str, Node]) -> Assignments:
+        g = job.gpus_per_worker
+        nodes = [self.cluster.nodes[n] for n in members if n not in hidden]
+        frees = {n.name: self.free(n) if n.schedulable else 0 for n in nodes}
+        usable = [n for n in nodes if frees[n.name] >= g]
+        if policy.best_fit:
+            usable.sort(key=lambda n: (frees[n.name], n.name))
+        assignments = []
+        for node in usable:
+            indices = self.free_indices(node)
+            for k in range(len(indices) // g):
+                if len(assignments) == job.workers:
+                    return tuple(assignments)
+                assignments.append((len(assignments), node.name, tuple(indices[k * g:(k + 1) * g])))
+        return tuple(assignments)
 
 
-def place(view: CapacityView, job: Job, policy: PlacementPolicy,
-          excluded: frozenset[str] = frozenset()) -> Placement | Unplaceable:
-    """Chooses nodes and GPU indices for every worker of `job`, or says what prevents it."""
-    cluster = view.cluster
-    g, workers = job.gpus_per_worker, job.workers
-    nodes = [cluster.nodes[n] for n in cluster.by_type.get(job.gpu_type, ())]
-    healthy = [n for n in nodes if n.schedulable]
-    if not healthy:
-        return Unplaceable(Reason.NO_HEALTHY_NODES_OF_TYPE, f"no schedulable {job.gpu_type} node in the cell")
-    slots: dict[str, int] = {}
-    free_total = 0
-    for node in healthy:
-        if node.name in excluded:
-            continue
-        free = len(view.free.get(node.name, ()))
-        free_total += free
-        if free >= g:
-            slots[node.name] = free // g
-    if free_total < job.gpus:
-        return Unplaceable(Reason.INSUFFICIENT_FREE_GPUS,
-                           f"needs {job.gpus} {job.gpu_type} GPUs, {free_total} free")
-    if sum(slots.values()) < workers:
-        return Unplaceable(Reason.FRAGMENTED,
-                           f"{free_total} {job.gpu_type} GPUs free but only {sum(slots.values())} nodes' worth "
-                           f"of {g}-GPU slots for {workers} workers")
-    candidates = [cluster.nodes[n] for n in sorted(slots)]
-    levels = _search_levels(cluster, job, policy)
-    for level in levels:
-        chosen = _tightest_domain(cluster, candidates, slots, workers, level)
-        if chosen is not None:
-            domain, members = chosen
-            return Placement(_assign(view, members, slots, job, policy), domain)
-    required = job.topology_required
-    return Unplaceable(Reason.TOPOLOGY_DOMAIN_TOO_SMALL,
-                       f"no single {required} has {workers} free slots of {g} {job.gpu_type} GPUs")
-
-
-def _search_levels(cluster: Cluster, job: Job, policy: PlacementPolicy) -> list[int | None]:
-    """Level indices to try, innermost first; None is the whole cell."""
-    inner_to_outer: list[int | None] = list(range(len(cluster.levels), -1, -1))
+def _search_levels(cluster: Cluster, job: Job, policy: PlacementPolicy) -> list[int]:
+    """Level indices to try, innermost (the node) first; CELL is the whole cell."""
+    inner_to_outer = list(range(len(cluster.levels), -1, -1))
     if job.topology_required is not None:
         limit = cluster.level_index(job.topology_required)
-        return [i for i in inner_to_outer if i is not None and limit is not None and i >= limit]
+        return [i for i in inner_to_outer if limit is not None and i >= limit]
     if not policy.topology_aware:
-        return [None]
-    return [*inner_to_outer, None]
-
-
-def _tightest_domain(cluster: Cluster, candidates: list, slots: dict[str, int], workers: int,
-                     level: int | None) -> tuple[str | None, list] | None:
-    if level is None:
-        return (None, candidates)
-    totals: dict[str, int] = {}
-    members: dict[str, list] = {}
-    for node in candidates:
-        domain = cluster.domain_of(node, level)
-        totals[domain] = totals.get(domain, 0) + slots[node.name]
-        members.setdefault(domain, []).append(node)
-    fitting = [(total, domain) for domain, total in totals.items() if total >= workers]
-    if not fitting:
-        return None
-    _, best = min(fitting)
-    return (best, members[best])
-
-
-def _assign(view: CapacityView, members: list, slots: dict[str, int], job: Job,
-            policy: PlacementPolicy) -> tuple[tuple[int, str, tuple[int, ...]], ...]:
-    g = job.gpus_per_worker
-    order = sorted(members, key=lambda n: (slots[n.name], n.name)) if policy.best_fit else members
-    assignments = []
-    worker = 0
-    for node in order:
-        free = view.free[node.name]
-        for k in range(slots[node.name]):
-            if worker == job.workers:
-                break
-            assignments.append((worker, node.name, tuple(free[k * g:(k + 1) * g])))
-            worker += 1
-        if worker == job.workers:
-            break
-    return tuple(assignments)
+        return [CELL]
+    return [*inner_to_outer, CELL]

@@ -9,9 +9,13 @@ work backfills elsewhere.
 
 from __future__ import annotations
 
+import heapq
+from collections.abc import Iterator
+
 from events import models as m
 from events.models import Reason
 from projections.cell import CellState
+from projections.cluster import CELL
 from projections.jobs import Job, JobState
 from services.decider import Context
 from services.placement import CapacityView, Placement, Unplaceable
@@ -38,8 +42,13 @@ class Admitter:
                 return [rejection]
         elif isinstance(event, m.JobCancelRequested):
             return [cancel(state, event, ctx)]
-        if isinstance(event, CYCLE_TRIGGERS):
-            decisions.extend(admission_cycle(state, ctx))
+        if isinstance(event, (m.JobSubmitted, m.JobRequeued)) and ctx.policy.admission.backfill:
+            # Nothing came free since the last cycle: only the newcomer can be admitted now.
+            job = state.jobs.get(event.job_id)
+            if job is not None and job.state is JobState.QUEUED:
+                decisions.extend(admission_cycle(state, ctx, only=job))
+        elif isinstance(event, CYCLE_TRIGGERS):
+            decisions.extend(admission_cycle(state, ctx, refresh=isinstance(event, m.Tick)))
         return decisions
 
 
@@ -79,47 +88,63 @@ def _problem(state: CellState, e: m.JobSubmitted, offset: int) -> tuple[Reason, 
         if level is not None and cluster.level_index(level) is None:
             known = ", ".join([*cluster.levels, "node"])
             return Reason.UNKNOWN_TOPOLOGY_LEVEL, f"topology level {level!r} is not one of: {known}"
-    nodes = [n for n in cluster.of_type(e.gpu_type) if not n.spare]
-    if not nodes:
+    sizes = {gpus: count for gpus, count in cluster.sizes.get(e.gpu_type, {}).items() if count}
+    if not sizes:
         return Reason.UNKNOWN_GPU_TYPE, f"no {e.gpu_type!r} nodes in cell (types: {', '.join(cluster.gpu_types())})"
-    if e.gpus_per_worker > max(n.gpus for n in nodes):
-        return Reason.LARGER_THAN_NODE, f"{e.gpus_per_worker} GPUs per worker, largest node has {max(n.gpus for n in nodes)}"
-    total = sum((n.gpus // e.gpus_per_worker) for n in nodes)
+    if e.gpus_per_worker > max(sizes):
+        return Reason.LARGER_THAN_NODE, f"{e.gpus_per_worker} GPUs per worker, largest node has {max(sizes)}"
+    total = sum(count * (gpus // e.gpus_per_worker) for gpus, count in sizes.items())
     if e.workers > total:
         return Reason.LARGER_THAN_CELL, f"{e.workers} workers x {e.gpus_per_worker} GPUs exceed the cell's {total} slots"
     if e.topology_required is not None:
         level = cluster.level_index(e.topology_required)
-        sizes: dict[str, int] = {}
-        for n in nodes:
-            domain = cluster.domain_of(n, level)
-            sizes[domain] = sizes.get(domain, 0) + n.gpus // e.gpus_per_worker
-        if e.workers > max(sizes.values()):
+        slots: dict[str, int] = {}
+        for n in cluster.of_type(e.gpu_type):
+            if not n.spare:
+                domain = cluster.domain_of(n, level)
+                slots[domain] = slots.get(domain, 0) + n.gpus // e.gpus_per_worker
+        if e.workers > max(slots.values()):
             return (Reason.LARGER_THAN_TOPOLOGY_DOMAIN,
-                    f"{e.workers} workers do not fit in any {e.topology_required} (largest holds {max(sizes.values())})")
+                    f"{e.workers} workers do not fit in any {e.topology_required} (largest holds {max(slots.values())})")
     return None
 
 
-def queue_order(state: CellState, jobs: list[Job], fair_share: bool) -> list[Job]:
-    """Within-nominal work first, then priority, weighted dominant share, submit order."""
+def queue_order(state: CellState, jobs: list[Job], fair_share: bool, lazy: bool = False) -> Iterator[Job]:
+    """Within-nominal work first, then priority, weighted dominant share, submit order.
+
+    With `lazy`, jobs come off a heap as they are asked for, so a cycle that stops early does not
+    pay for sorting the whole queue."""
     tenancy = state.tenancy
-    shares = {t: tenancy.dominant_share_milli(t) for t in sorted({j.team for j in jobs})} if fair_share else {}
+    teams = sorted({(j.team, j.gpu_type) for j in jobs})
+    shares = {t: tenancy.dominant_share_milli(t) for t in sorted({t for t, _ in teams})} if fair_share else {}
+    room = {key: tenancy.quota(*key).nominal - tenancy.used(*key) for key in teams}
+    keyed = [((j.workers * j.gpus_per_worker > room[(j.team, j.gpu_type)], -j.priority, shares.get(j.team, 0),
+               j.submitted_at, j.submit_offset, j.job_id), j) for j in jobs]
+    if not lazy:
+        keyed.sort(key=lambda kj: kj[0])
+        return (j for _, j in keyed)
+    heapq.heapify(keyed)
+    return (heapq.heappop(keyed)[1] for _ in range(len(keyed)))
 
-    def key(job: Job) -> tuple:
-        borrows = tenancy.used(job.team, job.gpu_type) + job.gpus > tenancy.quota(job.team, job.gpu_type).nominal
-        return (borrows, -job.priority, shares.get(job.team, 0), job.submitted_at, job.submit_offset, job.job_id)
 
-    return sorted(jobs, key=key)
-
-
-def admission_cycle(state: CellState, ctx: Context) -> list[m.Decision]:
+def admission_cycle(state: CellState, ctx: Context, only: Job | None = None, refresh: bool = True) -> list[m.Decision]:
+    """Admits what fits, in queue order. `only` tries one newcomer; without `refresh`, gangs bigger
+    than the free GPUs of their type are skipped without restating why they wait (a Tick does)."""
     policy = ctx.policy.admission
     now = ctx.now
-    waiting = [state.jobs[j] for j in state.queued if state.jobs[j].not_before <= now]
+    if only is not None:
+        waiting = [only] if only.not_before <= now else []
+    else:
+        waiting = [state.jobs[j] for j in state.queued if state.jobs[j].not_before <= now]
+        if not refresh and policy.backfill:
+            free = {t: _free_gpus(state, t) for t in state.cluster.gpu_types()}
+            waiting = [j for j in waiting if j.gpus <= free.get(j.gpu_type, 0)]
     if not waiting:
         return []
-    order = queue_order(state, waiting, policy.fair_share)
-    reserved_by = {name: node.reserved_for for name, node in state.cluster.nodes.items() if node.reserved_for}
-    reservations = {job for job in reserved_by.values()}
+    quiet = not refresh and only is None and policy.backfill
+    order = queue_order(state, waiting, policy.fair_share, lazy=quiet)
+    reserved_by = {node: job for job, nodes in state.reservations.items() for node in nodes}
+    reservations = set(state.reservations)
     view = CapacityView(state.cluster)
     usage = dict(state.tenancy.usage)
     admitted_per_team: dict[str, int] = {}
@@ -127,32 +152,47 @@ def admission_cycle(state: CellState, ctx: Context) -> list[m.Decision]:
     no_room: dict[tuple[str, int], int] = {}
     decisions: list[m.Decision] = []
     head_blocked = False
+    # Without `refresh`, only admissions are decided; why the others still wait is restated on the next Tick.
+    say_why = _quiet if quiet else _requeue_reason
+    quota_blocked: dict[tuple[str, str], int] = {}  # smallest gang a team's quota refused this cycle
+    free_left = {t: _free_gpus(state, t) for t in state.cluster.gpu_types()} if quiet else {}
     for job in order:
+        key = (job.gpu_type, job.gpus_per_worker)
+        if quiet and not any(free_left.values()):
+            break  # nothing left to admit into
+        if quiet and (
+                job.gpus >= quota_blocked.get((job.team, job.gpu_type), job.gpus + 1)
+                or (key in no_room and job.workers >= no_room[key] and job.topology_required is None)):
+            continue
         if head_blocked:
-            _requeue_reason(decisions, job, Reason.WAITING_FOR_QUEUE_HEAD, "strict FIFO: the head of the queue waits", ctx)
+            say_why(decisions, job, Reason.WAITING_FOR_QUEUE_HEAD, "strict FIFO: the head of the queue waits", ctx)
             continue
         limit = policy.admissions_per_team_per_cycle
         if limit is not None and admitted_per_team.get(job.team, 0) >= limit:
+            say_why(decisions, job, Reason.ADMISSION_LIMIT_PER_CYCLE,
+                            f"team {job.team} already admitted {limit} gang(s) this cycle", ctx)
             continue
         fit = state.tenancy.admissible(job.team, job.gpu_type, job.gpus, policy.borrowing, usage)
         if not fit.fits:
+            quota_blocked[(job.team, job.gpu_type)] = min(quota_blocked.get((job.team, job.gpu_type), job.gpus), job.gpus)
             quota = state.tenancy.quota(job.team, job.gpu_type)
-            _requeue_reason(decisions, job, _QUOTA_REASONS[fit.limit],
+            say_why(decisions, job, _QUOTA_REASONS[fit.limit],
                             f"team {job.team} uses {usage.get((job.team, job.gpu_type), 0)} of nominal "
                             f"{quota.nominal} {job.gpu_type}; {job.gpus} more exceed its {fit.limit.replace('_', ' ')}",
                             ctx)
             continue
-        key = (job.gpu_type, job.gpus_per_worker)
         if key in no_room and job.workers >= no_room[key] and job.topology_required is None:
             outcome: Placement | Unplaceable = Unplaceable(Reason.INSUFFICIENT_FREE_GPUS,
                                                             f"no room for {job.gpus} {job.gpu_type} GPUs now")
         else:
-            excluded = frozenset(n for n, holder in reserved_by.items() if holder != job.job_id)
+            excluded = [n for n, holder in reserved_by.items() if holder != job.job_id]
             outcome = view.place(job, ctx.policy.placement, excluded)
         if isinstance(outcome, Placement):
             decisions.append(_admit(state, job, fit.borrowed, outcome, ctx))
             view.hold(outcome)
             usage[(job.team, job.gpu_type)] = usage.get((job.team, job.gpu_type), 0) + job.gpus
+            if quiet:
+                free_left[job.gpu_type] -= job.gpus
             admitted_per_team[job.team] = admitted_per_team.get(job.team, 0) + 1
             continue
         if job.topology_required is None and outcome.reason is Reason.INSUFFICIENT_FREE_GPUS:
@@ -172,15 +212,19 @@ def admission_cycle(state: CellState, ctx: Context) -> list[m.Decision]:
                                              job_id=job.job_id, team=job.team, reserved_nodes=nodes,
                                              detail=f"nodes drain for this gang: {', '.join(nodes)}"))
                 continue
-        _requeue_reason(decisions, job, outcome.reason, outcome.detail, ctx)
+        say_why(decisions, job, outcome.reason, outcome.detail, ctx)
     return decisions
+
+
+def _free_gpus(state: CellState, gpu_type: str) -> int:
+    histogram = state.cluster.histogram.get((gpu_type, CELL, ""), [])
+    return sum(free * count for free, count in enumerate(histogram))
 
 
 def _admit(state: CellState, job: Job, borrowed: int, placement: Placement, ctx: Context) -> m.JobAdmitted:
     reason = Reason.BORROWED_FROM_COHORT if borrowed else Reason.WITHIN_NOMINAL_QUOTA
-    if any(state.jobs[j].reserved_nodes for j in state.queued if j != job.job_id and state.jobs[j].reserved_nodes) \
-            and not job.reserved_nodes:
-        reason = Reason.BACKFILLED if not borrowed else reason
+    if not borrowed and any(holder != job.job_id for holder in state.reservations):
+        reason = Reason.BACKFILLED  # admitted past a gang that holds a reservation
     return m.JobAdmitted(
         envelope=ctx.envelope(reason, job.job_id), job_id=job.job_id, team=job.team, gpu_type=job.gpu_type,
         gpus=job.gpus, borrowed=borrowed, domain=placement.domain,
@@ -193,6 +237,10 @@ def _requeue_reason(decisions: list[m.Decision], job: Job, reason: Reason, detai
     if job.reason is not reason:
         decisions.append(m.JobQueued(envelope=ctx.envelope(reason, job.job_id), job_id=job.job_id, team=job.team,
                                      detail=detail))
+
+
+def _quiet(decisions: list[m.Decision], job: Job, reason: Reason, detail: str, ctx: Context) -> None:
+    """Leaves the job's stated reason as it is."""
 
 
 def reservation_for(state: CellState, job: Job, reserved_by: dict[str, str]) -> list[str]:

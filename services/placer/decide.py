@@ -34,8 +34,7 @@ def bind(state: CellState, job: Job, ctx: Context) -> m.Decision:
     nodes = state.cluster.nodes
     if job.assignments and all(nodes[n].schedulable for _, n, _ in job.assignments):
         return _placed(job, job.assignments, job.domain, Reason.PLACED, ctx)
-    excluded = frozenset(n for n, node in state.cluster.nodes.items()
-                         if node.reserved_for and node.reserved_for != job.job_id)
+    excluded = [n for holder, nodes in state.reservations.items() if holder != job.job_id for n in nodes]
     outcome = CapacityView(state.cluster).place(job, ctx.policy.placement, excluded)
     if isinstance(outcome, Placement):
         return _placed(job, outcome.assignments, outcome.domain, Reason.PLACED, ctx)

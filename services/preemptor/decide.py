@@ -10,6 +10,8 @@ checkpoint; it is preempted when the checkpoint completes or the deadline passes
 
 from __future__ import annotations
 
+import itertools
+
 from events import models as m
 from events.models import Reason
 from projections.cell import CellState
@@ -32,7 +34,7 @@ class Preemptor:
             if victim is not None and victim.state is JobState.PREEMPTING and victim.attempt == event.attempt:
                 decisions.append(_preempted(victim, Reason.CHECKPOINT_COMPLETED, event.checkpoint_id, ctx))
         if isinstance(event, m.Tick):
-            for victim in state.jobs_in(JobState.PREEMPTING):
+            for victim in [state.jobs[j] for j in sorted(state.preempting)]:
                 if victim.preemption_deadline is not None and ctx.now >= victim.preemption_deadline:
                     checkpoint = victim.checkpoint.checkpoint_id if victim.checkpoint else None
                     decisions.append(_preempted(victim, Reason.CHECKPOINT_DEADLINE_PASSED, checkpoint, ctx))
@@ -44,7 +46,8 @@ class Preemptor:
                 decisions.extend(preempt_for(state, job, ctx))
         elif isinstance(event, m.Tick):
             waiting = [state.jobs[j] for j in state.queued if state.jobs[j].not_before <= ctx.now]
-            for job in queue_order(state, waiting, ctx.policy.admission.fair_share)[:CANDIDATES_PER_TICK]:
+            for job in itertools.islice(queue_order(state, waiting, ctx.policy.admission.fair_share, lazy=True),
+                                        CANDIDATES_PER_TICK):
                 chosen = preempt_for(state, job, ctx)
                 decisions.extend(chosen)
                 if chosen:
@@ -62,7 +65,8 @@ def preempt_for(state: CellState, job: Job, ctx: Context) -> list[m.Decision]:
     policy = ctx.policy.preemption
     if (job.state is not JobState.QUEUED or job.not_before > ctx.now
             or ctx.now - max(job.submitted_at, job.not_before) < policy.wait_before_preempting_ms
-            or any(state.jobs[v].preempted_for == job.job_id for v in state.holding)):
+            or any(state.jobs[v].preempted_for == job.job_id for v in state.preempting)
+            or not _may_have_victims(state, job, ctx)):
         return []
     if _admissible_after(state, job, [], ctx):
         return []  # the admitter will admit it without anyone's help
@@ -92,6 +96,18 @@ def preempt_for(state: CellState, job: Job, ctx: Context) -> list[m.Decision]:
     ]
 
 
+def _may_have_victims(state: CellState, job: Job, ctx: Context) -> bool:
+    """Cheap test before the search: is any kind of entitlement possible at all?"""
+    policy, tenancy = ctx.policy.preemption, state.tenancy
+    if policy.priority and job.priority > min([0, *(c.value for c in tenancy.priority_classes.values())]):
+        return True
+    if not policy.reclaim_lent_quota:
+        return False
+    if tenancy.used(job.team, job.gpu_type) + job.gpus > tenancy.quota(job.team, job.gpu_type).nominal:
+        return False
+    return any(tenancy.borrowed(t, job.gpu_type) > 0 for t in tenancy.pool_members(job.team) if t != job.team)
+
+
 def _lost_work_gpu_ms(victim: Job, now: int) -> int:
     since = victim.running_since or now
     if victim.checkpoint is not None:
@@ -106,9 +122,13 @@ def _candidates(state: CellState, job: Job, ctx: Context) -> list[tuple[tuple, J
     now = ctx.now
     pool = set(tenancy.pool_members(job.team))
     within_nominal = tenancy.used(job.team, job.gpu_type) + job.gpus <= tenancy.quota(job.team, job.gpu_type).nominal
-    usage = dict(tenancy.usage)
+    usage = tenancy.usage
+    teams = {t for t in pool if t != job.team and tenancy.borrowed(t, job.gpu_type) > 0}
+    if policy.priority:
+        teams.add(job.team)
     out = []
-    for victim_id in sorted(state.holding):
+    # Visit order does not matter: the candidates are sorted by a total key below.
+    for victim_id in [v for t in sorted(teams) for v in state.holding_by_team.get(t, ())]:
         victim = state.jobs[victim_id]
         if (victim.state not in (JobState.RUNNING, JobState.PLACED) or not victim.preemptible
                 or victim.gpu_type != job.gpu_type or victim.job_id == job.job_id):
@@ -142,6 +162,5 @@ def _admissible_after(state: CellState, job: Job, victims: list[Job], ctx: Conte
         view.release(victim)
     if not state.tenancy.admissible(job.team, job.gpu_type, job.gpus, ctx.policy.admission.borrowing, usage).fits:
         return False
-    excluded = frozenset(n for n, node in state.cluster.nodes.items()
-                         if node.reserved_for and node.reserved_for != job.job_id)
+    excluded = [n for holder, nodes in state.reservations.items() if holder != job.job_id for n in nodes]
     return isinstance(view.place(job, ctx.policy.placement, excluded), Placement)

@@ -1,0 +1,105 @@
+"""Benchmark of the pure core: gangs admitted and placed per second on one 10,000-GPU cell.
+
+1,250 nodes x 8 GPUs in racks of 10 and blocks of 5 racks (block > rack > node), 16 teams in one
+cohort, and 10,000 gangs whose sizes are the first 10,000 jobs of the merged ITP trace, all
+submitted at once. Phase 1 folds the submissions; phase 2 completes running jobs one by one
+so that queued gangs are admitted as capacity frees. Prints decisions per second for each
+phase, and with --profile the functions where the time goes.
+
+    python tests/benchmarks/bench_core.py [--jobs 10000] [--profile]
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import pstats
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from events import models as m  # noqa: E402
+from projections.jobs import JobState  # noqa: E402
+from services.simulation.runner import VirtualCell  # noqa: E402
+from services.simulation.traces import gang_shape, itp_jobs  # noqa: E402
+
+TEAMS = [f"team{i:02d}" for i in range(16)]
+
+
+def build_cell(nodes: int = 1250) -> VirtualCell:
+    cell = VirtualCell(tick_ms=10**12)
+    op = lambda: cell.envelope(0, "operator")  # noqa: E731
+    cell.append(m.CellConfigured(envelope=op(), topology_levels=["block", "rack"]))
+    for i in range(nodes):
+        rack = i // 10
+        cell.append(m.NodeRegistered(envelope=op(), node=f"n{i:04d}", gpu_type="H100", gpus=8,
+                                     labels={"block": f"b{rack // 5:02d}", "rack": f"r{rack:03d}"}))
+    cell.append(m.CohortDefined(envelope=op(), cohort="all"))
+    for team in TEAMS:
+        cell.append(m.TeamDefined(envelope=op(), team=team, cohort="all"))
+        cell.append(m.QuotaSet(envelope=op(), team=team, gpu_type="H100", nominal=nodes * 8 // len(TEAMS)))
+    return cell
+
+
+def submissions(cell: VirtualCell, count: int) -> list[m.JobSubmitted]:
+    out = []
+    for i, trace_job in enumerate(itp_jobs(limit=count)):
+        workers, per_worker = gang_shape(trace_job.gpus)
+        out.append(m.JobSubmitted(envelope=cell.envelope(1, "launcher"), job_id=f"j{i:05d}",
+                                  team=TEAMS[i % len(TEAMS)], workers=workers, gpus_per_worker=per_worker,
+                                  gpu_type="H100"))
+    return out
+
+
+def count(cell: VirtualCell, start: int, kind: type) -> int:
+    return sum(1 for e in cell.log[start:] if isinstance(e, kind))
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--jobs", type=int, default=10_000)
+    parser.add_argument("--completions", type=int, default=2_000, help="running jobs to complete in phase 2")
+    parser.add_argument("--profile", action="store_true")
+    args = parser.parse_args()
+
+    cell = build_cell()
+    jobs = submissions(cell, args.jobs)
+    profiler = cProfile.Profile() if args.profile else None
+
+    start_offset = len(cell.log)
+    if profiler:
+        profiler.enable()
+    t0 = time.perf_counter()
+    for job in jobs:
+        cell.append(job)
+    phase1 = time.perf_counter() - t0
+    admitted1, placed1 = count(cell, start_offset, m.JobAdmitted), count(cell, start_offset, m.JobPlaced)
+    decisions1 = sum(1 for e in cell.log[start_offset:] if e.is_decision)
+
+    start_offset = len(cell.log)
+    running = [j for j in sorted(cell.state.holding) if cell.state.jobs[j].state is JobState.PLACED]
+    t0 = time.perf_counter()
+    for job_id in running[: args.completions]:
+        cell.append(m.JobSucceeded(envelope=cell.envelope(2, "bench"), job_id=job_id))
+    phase2 = time.perf_counter() - t0
+    if profiler:
+        profiler.disable()
+    admitted2, placed2 = count(cell, start_offset, m.JobAdmitted), count(cell, start_offset, m.JobPlaced)
+    completed = min(len(running), args.completions)
+    queued = len(cell.state.queued)
+
+    print(f"cell: 1,250 nodes x 8 GPUs = 10,000 GPUs, block > rack > node; {args.jobs:,} ITP-sized gangs")
+    print(f"phase 1 (submit all): {phase1:.2f} s, {decisions1:,} decisions, {admitted1:,} admitted, {placed1:,} placed "
+          f"-> {placed1 / phase1:,.0f} gangs admitted+placed/s, {args.jobs / phase1:,.0f} submissions folded/s")
+    print(f"phase 2 (complete {completed:,} running gangs, queue {queued:,} left): {phase2:.2f} s, {admitted2:,} admitted, "
+          f"{placed2:,} placed -> {placed2 / phase2:,.0f} gangs admitted+placed/s, "
+          f"{completed / phase2:,.0f} completions/s")
+    if profiler:
+        pstats.Stats(profiler).sort_stats("tottime").print_stats(18)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
