@@ -8,6 +8,7 @@ import fcntl
 import json
 import logging
 import os
+import random
 import re
 import shutil
 import signal
@@ -98,6 +99,17 @@ def port_is_free(port: int, host: str = HOST) -> bool:
         except OSError:
             return False
     return True
+
+
+def find_free_base_port(count: int, low: int = 19000, high: int = 19999) -> int:
+    """A base port with `count` consecutive free ports in [low, high]; a random start so parallel runs rarely collide."""
+    span = high - low - count + 1
+    start = random.randrange(span)
+    for offset in range(span):
+        base = low + (start + offset) % span
+        if all(port_is_free(base + i) for i in range(count)):
+            return base
+    raise PortInUse(f"no {count} consecutive free ports between {low} and {high}")
 
 
 def ensure_jars(cache_root: Path | None = None, pom: Path = POM, mvn: str | None = None) -> Path:
