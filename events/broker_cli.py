@@ -1,0 +1,74 @@
+"""`gangway kafka start|stop|status`: run the local Kafka cluster from the terminal, no Docker needed."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+import time
+from collections.abc import Sequence
+
+from events.broker import KafkaSetupError, LocalKafka, default_data_dir
+
+EXIT_DOWN = 3
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    actions = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
+    start = actions.add_parser("start", help="start the cluster (idempotent) and print KAFKA_BOOTSTRAP_SERVERS=...")
+    start.add_argument("--nodes", type=int, choices=(1, 3), default=None,
+                       help="combined broker+controller nodes (default 1, or what the data dir already holds)")
+    start.add_argument("--port", type=int, default=None,
+                       help="base port (default 9092, or the last one used): node i listens on PORT+2i, its controller on PORT+2i+1")
+    start.add_argument("--timeout", type=float, default=90.0, help="seconds to wait for the cluster to answer")
+    for action in (start, actions.add_parser("stop", help="stop the cluster (SIGTERM, SIGKILL after a grace)"),
+                   actions.add_parser("status", help="print bootstrap servers and node pids; exit 0 if up, 3 if down")):
+        action.add_argument("--data-dir", default=None,
+                            help=f"cluster data and state (default $GANGWAY_KAFKA_DATA or {default_data_dir()})")
+
+
+def run(args: argparse.Namespace) -> int:
+    logging.basicConfig(level=logging.INFO, format="gangway: %(message)s", stream=sys.stderr)
+    try:
+        if args.action == "start":
+            return _start(args)
+        kafka = LocalKafka(data_dir=args.data_dir)
+        if args.action == "stop":
+            kafka.stop()
+            print(f"gangway: Kafka in {kafka.data_dir} stopped", file=sys.stderr)
+            return 0
+        return _status(kafka)
+    except KafkaSetupError as error:
+        print(f"gangway: {error}", file=sys.stderr)
+        return 1
+
+
+def _start(args: argparse.Namespace) -> int:
+    kafka = LocalKafka(data_dir=args.data_dir, nodes=args.nodes, port=args.port)
+    began = time.monotonic()
+    bootstrap = kafka.start(timeout=args.timeout, log=logging.getLogger("gangway"))
+    print(f"gangway: {len(kafka.nodes)}-node Kafka answering after {time.monotonic() - began:.1f} s (data: {kafka.data_dir})",
+          file=sys.stderr)
+    print(f"KAFKA_BOOTSTRAP_SERVERS={bootstrap}")  # stdout carries only this, so `eval "$(gangway kafka start)"` works
+    return 0
+
+
+def _status(kafka: LocalKafka) -> int:
+    status = kafka.status()
+    print(f"KAFKA_BOOTSTRAP_SERVERS={status.bootstrap_servers}")
+    for node in status.nodes:
+        state = "running" if node.alive else "stopped"
+        print(f"node {node.node_id}: 127.0.0.1:{node.port} (controller {node.controller_port}) pid {node.pid or '-'} {state}")
+    verdict = "up" if status.up else "down"
+    print(f"cluster {status.cluster_id or '(never started)'}: {verdict} (data: {status.data_dir})")
+    return 0 if status.up else EXIT_DOWN
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="gangway kafka", description=__doc__)
+    add_arguments(parser)
+    return run(parser.parse_args(argv))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,147 @@
+"""Shared fixtures: one real Kafka per test session (env, Docker, or the local jars) and per-test isolated topics."""
+
+from __future__ import annotations
+
+import atexit
+import os
+import re
+import socket
+import uuid
+from collections.abc import Iterator
+from urllib.parse import urlparse
+
+import pytest
+
+from events.broker import KafkaSetupError, LocalKafka, PortInUse, cluster_node_ids, find_free_base_port, quiet_logger
+from events.topics import TopicNames, cells_from_env, ensure_topics, topic_names
+
+KAFKA_IMAGE = "apache/kafka:4.1.1"
+
+
+def docker_answers(timeout: float = 1.0) -> bool:
+    """True if a Docker daemon answers `GET /_ping` within `timeout` (a raw request: no client, no long waits)."""
+    url = urlparse(os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock"))
+    try:
+        if url.scheme == "unix":
+            if not os.path.exists(url.path):
+                return False
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            sock.settimeout(timeout)
+            sock.connect(url.path)
+        elif url.scheme == "tcp" and url.hostname:
+            sock = socket.create_connection((url.hostname, url.port or 2375), timeout=timeout)
+        else:
+            return False
+        with sock:
+            sock.sendall(b"GET /_ping HTTP/1.0\r\nHost: docker\r\n\r\n")
+            return b" 200 " in sock.recv(256)
+    except OSError:
+        return False
+
+
+def _docker_kafka() -> Iterator[str]:
+    """A single-node apache/kafka container; the host port is fixed up front because Kafka must advertise it."""
+    from testcontainers.core.container import DockerContainer
+    from testcontainers.core.docker_client import DockerClient
+    from testcontainers.core.wait_strategies import LogMessageWaitStrategy
+
+    port = find_free_base_port(1)
+    host = DockerClient().host()
+    container = (
+        DockerContainer(KAFKA_IMAGE)
+        .with_bind_ports(port, port)
+        .with_envs(
+            KAFKA_NODE_ID="1",
+            KAFKA_PROCESS_ROLES="broker,controller",
+            KAFKA_CONTROLLER_QUORUM_VOTERS="1@localhost:9093",
+            KAFKA_LISTENERS=f"PLAINTEXT://:{port},CONTROLLER://:9093",
+            KAFKA_ADVERTISED_LISTENERS=f"PLAINTEXT://{host}:{port}",
+            KAFKA_CONTROLLER_LISTENER_NAMES="CONTROLLER",
+            KAFKA_LISTENER_SECURITY_PROTOCOL_MAP="CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
+            KAFKA_OFFSETS_TOPIC_REPLICATION_FACTOR="1",
+            KAFKA_TRANSACTION_STATE_LOG_REPLICATION_FACTOR="1",
+            KAFKA_TRANSACTION_STATE_LOG_MIN_ISR="1",
+            KAFKA_SHARE_COORDINATOR_STATE_TOPIC_REPLICATION_FACTOR="1",
+            KAFKA_SHARE_COORDINATOR_STATE_TOPIC_MIN_ISR="1",
+            KAFKA_GROUP_INITIAL_REBALANCE_DELAY_MS="0",
+        )
+        .waiting_for(LogMessageWaitStrategy("Kafka Server started").with_startup_timeout(180))
+    )
+    container.start()
+    try:
+        yield f"{host}:{port}"
+    finally:
+        container.stop()
+
+
+def _local_kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A 1-node cluster from the Maven Central jars, fresh data dir, free ports in 19000-19999; stopped at session end."""
+    data_dir = tmp_path_factory.mktemp("kafka")
+    for attempt in range(3):  # a free port can be taken between the check and the JVM's bind
+        kafka = LocalKafka(data_dir=data_dir, nodes=1, port=find_free_base_port(2))
+        atexit.register(kafka.stop)  # belt and braces: the finally below is skipped if pytest is killed hard
+        try:
+            kafka.start(timeout=120)
+            break
+        except PortInUse:
+            if attempt == 2:
+                raise
+    try:
+        yield kafka.bootstrap_servers
+    finally:
+        kafka.stop()
+
+
+@pytest.fixture(scope="session")
+def kafka_bootstrap(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """Bootstrap servers of a real Kafka: $KAFKA_BOOTSTRAP_SERVERS, else Docker (testcontainers), else the local jars.
+    `GANGWAY_TEST_KAFKA=local` skips the Docker probe. Never skips: a broker that cannot start fails the tests."""
+    if os.environ.get("KAFKA_BOOTSTRAP_SERVERS"):
+        yield os.environ["KAFKA_BOOTSTRAP_SERVERS"]
+    elif os.environ.get("GANGWAY_TEST_KAFKA") != "local" and docker_answers():
+        yield from _docker_kafka()
+    else:
+        try:
+            yield from _local_kafka(tmp_path_factory)
+        except KafkaSetupError as error:
+            pytest.fail(f"could not start the local Kafka for the kafka tests: {error}", pytrace=False)
+
+
+@pytest.fixture(scope="session")
+def kafka_replication_factor(kafka_bootstrap: str) -> int:
+    """3 on a cluster of 3+ brokers, else 1: what Gangway's topics use there."""
+    brokers = cluster_node_ids(kafka_bootstrap, timeout=10)
+    assert brokers, f"Kafka at {kafka_bootstrap} does not answer"
+    return 3 if len(brokers) >= 3 else 1
+
+
+@pytest.fixture(scope="session")
+def kafka_admin(kafka_bootstrap: str):  # -> confluent_kafka.admin.AdminClient
+    from confluent_kafka.admin import AdminClient
+
+    return AdminClient({"bootstrap.servers": kafka_bootstrap, "logger": quiet_logger()})
+
+
+@pytest.fixture
+def topic_prefix(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch, kafka_admin) -> Iterator[str]:
+    """A unique topic-name prefix for this test, also set as $GANGWAY_TOPIC_PREFIX; its topics are deleted afterwards."""
+    slug = re.sub(r"[^A-Za-z0-9]+", "-", request.node.name)[:40].strip("-")
+    prefix = f"t.{slug}.{uuid.uuid4().hex[:8]}."
+    monkeypatch.setenv("GANGWAY_TOPIC_PREFIX", prefix)
+    yield prefix
+    # Best effort: on a shared (env) cluster, leave no test topics behind.
+    leftovers = [name for name in kafka_admin.list_topics(timeout=10).topics if name.startswith(prefix)]
+    if leftovers:
+        for future in kafka_admin.delete_topics(leftovers, request_timeout=30).values():
+            try:
+                future.result(timeout=30)
+            except Exception:  # noqa: BLE001 - cleanup must not fail a test
+                pass
+
+
+@pytest.fixture
+def gangway_topics(topic_prefix: str, kafka_admin, kafka_replication_factor: int) -> TopicNames:
+    """Fresh Gangway topics (events, heartbeats, dead letters) under this test's prefix, one partition per cell
+    of $GANGWAY_CELLS (default cell-a); returns their names."""
+    ensure_topics(kafka_admin, cells_from_env(), kafka_replication_factor, prefix=topic_prefix)
+    return topic_names(topic_prefix)
