@@ -4,34 +4,35 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
+from types import ModuleType
 
-# Each entry: (subcommand, help, module that provides `add_arguments(parser)` and `run(args) -> int`).
-SUBCOMMANDS: tuple[tuple[str, str, str], ...] = (
-    ("schemas", "list, check and release the Avro event schemas", "events.schemas_cli"),
+from events import broker_cli, schemas_cli, topics_cli
+
+# Each module provides `add_arguments(parser)` and `run(args) -> int`.
+SUBCOMMANDS: tuple[tuple[str, str, ModuleType], ...] = (
+    ("kafka", "start, stop or inspect the local Apache Kafka broker (no Docker needed)", broker_cli),
+    ("topics", "create Gangway's topics and print the topic catalogue", topics_cli),
+    ("schemas", "list, check, write and release the Avro event schemas", schemas_cli),
 )
 
 
 def build_parser() -> argparse.ArgumentParser:
-    import importlib
-
     parser = argparse.ArgumentParser(
         prog="gangway",
         description="Gangway: an event-sourced gang scheduler for GPU training jobs on Apache Kafka.",
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for name, help_text, module_name in SUBCOMMANDS:
-        module = importlib.import_module(module_name)
+    for name, help_text, module in SUBCOMMANDS:
         command = sub.add_parser(name, help=help_text, description=help_text)
         module.add_arguments(command)
-        command.set_defaults(_run=module.run)
+        command.set_defaults(run=module.run)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    run: Callable[[argparse.Namespace], int] = args._run
-    return run(args)
+    return args.run(args)
 
 
 if __name__ == "__main__":

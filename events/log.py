@@ -1,0 +1,170 @@
+"""The Kafka log for typed events: a transactional producer and a read_committed consumer.
+
+A service reads a batch, decides, and writes its decisions together with the consumed offsets
+in one transaction (`EventProducer.transaction`), so a crash aborts both and the restarted
+service re-reads the same events. Records that do not decode come back as `LogRecord`s with an
+`error`, for the caller to dead-letter inside the same transaction.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+
+from events.broker import quiet_logger
+from events.codec import EventCodec, UndecodableEvent
+from events.models import DeadLetter, Envelope, Event
+from events.topics import TopicNames, cell_partition
+
+
+@dataclass(frozen=True)
+class LogRecord:
+    """One consumed record: the decoded event, or the error that kept it from decoding."""
+
+    topic: str
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes | None
+    event: Event | None
+    error: UndecodableEvent | None = None
+
+    def dead_letter(self, producer: str, at: int) -> DeadLetter:
+        """The dead-letter event that keeps these bytes and why they could not be read."""
+        assert self.error is not None
+        return DeadLetter(
+            envelope=Envelope(event_id=f"deadletter-{self.topic}-{self.partition}-{self.offset}", cell="-", at=at,
+                              producer=producer),
+            source_topic=self.topic, source_partition=self.partition, source_offset=self.offset,
+            key=self.key, value=self.value, error=str(self.error),
+        )
+
+
+def _retrying(call, attempts: int = 20, pause_s: float = 0.5):
+    """Retries a call while the broker answers with a retriable error (a group coordinator still loading)."""
+    for attempt in range(attempts):
+        try:
+            return call()
+        except KafkaException as error:
+            retriable = error.args and (error.args[0].retriable() or error.args[0].code() in _COORDINATOR_MOVING)
+            if not retriable or attempt == attempts - 1:
+                raise
+            time.sleep(pause_s)
+    raise AssertionError("unreachable")
+
+
+_COORDINATOR_MOVING = (KafkaError.NOT_COORDINATOR, KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+                       KafkaError.COORDINATOR_NOT_AVAILABLE)
+
+
+class EventProducer:
+    """Writes events to their cell's partition, inside Kafka transactions."""
+
+    def __init__(self, bootstrap_servers: str, transactional_id: str, topics: TopicNames, cells: Sequence[str],
+                 codec: EventCodec | None = None, transaction_timeout_ms: int = 10_000) -> None:
+        self.topics, self.cells = topics, tuple(cells)
+        self.codec = codec or EventCodec()
+        self._producer = Producer({
+            "bootstrap.servers": bootstrap_servers,
+            "transactional.id": transactional_id,
+            "transaction.timeout.ms": transaction_timeout_ms,
+            "enable.idempotence": True,
+            "acks": "all",
+            "linger.ms": 1,
+            "logger": quiet_logger(),
+        })
+        # Fences any earlier producer with this id and aborts its open transaction at once.
+        self._producer.init_transactions(30)
+
+    def produce(self, event: Event) -> None:
+        cell = event.envelope.cell
+        self._producer.produce(self.topics.events, key=cell.encode(), value=self.codec.encode(event),
+                               partition=cell_partition(self.cells, cell))
+
+    def produce_dead_letter(self, letter: DeadLetter) -> None:
+        self._producer.produce(self.topics.deadletter, key=letter.key, value=self.codec.encode(letter), partition=0)
+
+    @contextmanager
+    def transaction(self, consumer: EventConsumer | None = None,
+                    consumed: Sequence[LogRecord] = ()) -> Iterator[EventProducer]:
+        """Everything produced in the block, plus the offsets after `consumed`, commits or aborts as one."""
+        self._producer.begin_transaction()
+        try:
+            yield self
+            if consumer is not None and consumed:
+                self._producer.send_offsets_to_transaction(
+                    consumer.next_offsets(consumed), consumer.group_metadata(), 30)
+            self._producer.commit_transaction(30)
+        except BaseException:
+            self._abort()
+            raise
+
+    def _abort(self) -> None:
+        try:
+            self._producer.abort_transaction(30)
+        except KafkaException as error:
+            if not error.args or error.args[0].code() != KafkaError._STATE:
+                raise
+
+    def flush(self, timeout: float = 30) -> None:
+        self._producer.flush(timeout)
+
+
+class EventConsumer:
+    """Reads committed events of some cells' partitions, decoding as it goes."""
+
+    def __init__(self, bootstrap_servers: str, group_id: str, topics: TopicNames, cells: Sequence[str],
+                 assign: Sequence[str] | None = None, codec: EventCodec | None = None) -> None:
+        self.topics, self.cells = topics, tuple(cells)
+        self.codec = codec or EventCodec()
+        self._consumer = Consumer({
+            "bootstrap.servers": bootstrap_servers,
+            "group.id": group_id,
+            "enable.auto.commit": False,
+            "auto.offset.reset": "earliest",
+            "isolation.level": "read_committed",
+            "logger": quiet_logger(),
+        })
+        if assign is None:
+            self._consumer.subscribe([topics.events])
+        else:
+            partitions = [TopicPartition(topics.events, cell_partition(self.cells, c)) for c in assign]
+            committed = _retrying(lambda: self._consumer.committed(partitions, timeout=30))
+            self._consumer.assign([TopicPartition(p.topic, p.partition, p.offset if p.offset >= 0 else 0)
+                                   for p in committed])
+
+    def poll(self, max_records: int = 500, timeout: float = 1.0) -> list[LogRecord]:
+        records = []
+        for message in self._consumer.consume(max_records, timeout):
+            if message.error() is not None:
+                if message.error().code() == KafkaError._PARTITION_EOF:
+                    continue
+                raise KafkaException(message.error())
+            try:
+                event, error = self.codec.decode(message.value()), None
+            except UndecodableEvent as undecodable:
+                event, error = None, undecodable
+            records.append(LogRecord(message.topic(), message.partition(), message.offset(), message.key(),
+                                     message.value(), event, error))
+        return records
+
+    def next_offsets(self, consumed: Sequence[LogRecord]) -> list[TopicPartition]:
+        """The offsets to commit after `consumed`: last offset + 1 per partition (computed, never position())."""
+        last: dict[tuple[str, int], int] = {}
+        for record in consumed:
+            key = (record.topic, record.partition)
+            last[key] = max(last.get(key, -1), record.offset)
+        return [TopicPartition(t, p, o + 1) for (t, p), o in sorted(last.items())]
+
+    def group_metadata(self) -> object:
+        return self._consumer.consumer_group_metadata()
+
+    def seek_to(self, partition: int, offset: int) -> None:
+        self._consumer.seek(TopicPartition(self.topics.events, partition, offset))
+
+    def close(self) -> None:
+        self._consumer.close()
