@@ -63,7 +63,7 @@ def fingerprint_of(schema: dict[str, Any]) -> int:
 
 
 def _version(name: str, version: int, schema: dict[str, Any]) -> SchemaVersion:
-    parsed = parse_schema(schema, _write_hint=False)
+    parsed = parse_schema(schema)  # keeps fastavro's parsed marker, so reads and writes skip re-parsing
     return SchemaVersion(name, version, schema, parsed, fingerprint_of(schema))
 
 
