@@ -9,6 +9,7 @@ from collections.abc import Callable, Sequence
 # Each entry: (subcommand, help, module that provides `add_arguments(parser)` and `run(args) -> int`).
 SUBCOMMANDS: tuple[tuple[str, str, str], ...] = (
     ("schemas", "list, check and release the Avro event schemas", "events.schemas_cli"),
+    ("scenario", "run scenario files in virtual time and check their expectations", "services.simulation.scenario_cli"),
 )
 
 
