@@ -143,7 +143,9 @@ def admission_cycle(state: CellState, ctx: Context) -> list[m.Decision]:
                             ctx)
             continue
         key = (job.gpu_type, job.gpus_per_worker)
-        if key in no_room and job.workers >= no_room[key] and job.topology_required is None:
+        # A reservation holder also sees its reserved nodes, so another gang's lack of room says nothing about it.
+        shortcut = job.topology_required is None and job.job_id not in reservations
+        if shortcut and key in no_room and job.workers >= no_room[key]:
             outcome: Placement | Unplaceable = Unplaceable(Reason.INSUFFICIENT_FREE_GPUS,
                                                             f"no room for {job.gpus} {job.gpu_type} GPUs now")
         else:
@@ -155,7 +157,7 @@ def admission_cycle(state: CellState, ctx: Context) -> list[m.Decision]:
             usage[(job.team, job.gpu_type)] = usage.get((job.team, job.gpu_type), 0) + job.gpus
             admitted_per_team[job.team] = admitted_per_team.get(job.team, 0) + 1
             continue
-        if job.topology_required is None and outcome.reason is Reason.INSUFFICIENT_FREE_GPUS:
+        if shortcut and outcome.reason is Reason.INSUFFICIENT_FREE_GPUS:
             no_room[key] = min(no_room.get(key, job.workers), job.workers)
         if not policy.backfill:
             head_blocked = True
