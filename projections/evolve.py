@@ -184,6 +184,10 @@ def _job_admitted(state: CellState, e: m.JobAdmitted, offset: int) -> None:
         if job is not None:
             _note(job, e, offset, SUPERSEDED)
         return
+    fit = state.tenancy.admissible(job.team, job.gpu_type, job.gpus)
+    if not fit.fits or fit.borrowed > e.borrowed:
+        _note(job, e, offset, SUPERSEDED)  # an admission folded since took the quota this one was decided on
+        return
     _decided_about(state, e, offset)
     _note(job, e, offset)
     _drop_reservation(state, job)
