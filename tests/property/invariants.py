@@ -30,6 +30,27 @@ def check_bindings(state: CellState) -> None:
     assert held == bound, "node holders name GPUs that no job's assignment has"
 
 
+def check_nodes(state: CellState) -> None:
+    """A spare holds work only once activated; a reserved node is held back for a queued gang that knows it."""
+    for node in state.cluster.nodes.values():
+        assert not node.holder or not node.spare or node.activated, f"inactive spare {node.name} holds GPUs"
+        if node.reserved_for is not None:
+            holder = state.jobs.get(node.reserved_for)
+            assert holder is not None and holder.state is JobState.QUEUED and node.name in holder.reserved_nodes, (
+                f"{node.name} is reserved for {node.reserved_for}, which does not hold it")
+
+
+def check_placement(state: CellState, placed: m.JobPlaced, offset: int) -> None:
+    """A placement that took effect binds schedulable nodes of the job's type and healthy GPUs."""
+    job = state.jobs[placed.job_id]
+    if job.state is not JobState.PLACED or job.history[-1][0] != offset:
+        return  # superseded
+    for _, name, gpus in job.assignments:
+        node = state.cluster.nodes[name]
+        assert node.schedulable and node.gpu_type == job.gpu_type, f"{job.job_id} placed on {name}"
+        assert not set(gpus) & node.retired, f"{job.job_id} placed on retired GPUs of {name}"
+
+
 def check_quota_usage(state: CellState) -> None:
     """Each team's usage is the sum of the gangs it holds; the state indexes match the job states."""
     expected: dict[tuple[str, str], int] = {}
@@ -84,8 +105,11 @@ class Invariants:
         self.events += 1
         check_bindings(state)
         check_quota_usage(state)
+        check_nodes(state)
         if isinstance(event, m.JobAdmitted):
             check_admission(state, event, offset)
+        if isinstance(event, m.JobPlaced):
+            check_placement(state, event, offset)
         for decision in new:
             if isinstance(decision, m.PreemptionRequested):
                 check_preemption(state, decision)

@@ -74,8 +74,24 @@ def _action(c: Chooser, jobs: list[str]) -> dict:
     return {kind: c.one(NODES)}
 
 
+#: Policy variants a stream runs under (overrides of the stream's base policy).
+VARIANTS: list[dict] = [
+    {},
+    {"preemption": {"min_runtime": "0s", "checkpoint_aware": False}},
+    {"admission": {"backfill": False, "fair_share": False}},
+    {"admission": {"borrowing": False, "max_reservations": 1}, "placement": {"best_fit": False}},
+    {"placement": {"topology_aware": False}, "recovery": {"use_hot_spares": False}},
+    {"preemption": {"enabled": False}, "admission": {"admissions_per_team_per_cycle": 1}},
+]
+
+
 def stream(c: Chooser, steps: int) -> Scenario:
-    """A scenario: a 5-node cell of 4-GPU nodes, three teams, and `steps` random timed inputs."""
+    """A scenario: a 5-node cell of 4-GPU nodes, three teams, a policy variant and `steps` random inputs."""
+    variant = c.one(range(len(VARIANTS)))
+    policy = {"preemption": {"min_runtime": "2m", "checkpoint_grace": "1m"},
+              "admission": {"reservation_after": "3m"}, "recovery": {"backoff_base": "20s"}}
+    for section, knobs in VARIANTS[variant].items():
+        policy[section] = {**policy.get(section, {}), **knobs}
     jobs: list[str] = []
     inputs = sorted(({"at": c.int(0, 30) * MINUTE + c.int(0, 59) * 1000, **_action(c, jobs)} for _ in range(steps)),
                     key=lambda i: i["at"])
@@ -90,8 +106,8 @@ def stream(c: Chooser, steps: int) -> Scenario:
                   {"name": "c", "quota": {"H100": 4}}],
         "priority_classes": [{"name": "low", "value": 10}, {"name": "high", "value": 100},
                              {"name": "prod", "value": 50, "preemptible": False}],
-        "policy": {"preemption": {"min_runtime": "2m", "checkpoint_grace": "1m"},
-                   "admission": {"reservation_after": "3m"}, "recovery": {"backoff_base": "20s"}},
-        "agents": {"checkpoint_every": "5m", "checkpoint_delay": "20s", "heartbeat_every": "10s"},
+        "policy": policy,
+        "agents": {"checkpoint_every": c.one(["5m", None]), "checkpoint_delay": c.one(["20s", "2m"]),
+                   "heartbeat_every": "10s"},
         "tick": "30s", "until": "40m", "inputs": inputs,
     }, "random stream")
