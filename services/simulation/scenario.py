@@ -17,7 +17,7 @@ from services.simulation.runner import Observer, VirtualCell
 from services.simulation.scenario_expect import Result, check
 from services.simulation.scenario_inputs import apply
 from services.simulation.scenario_policy import policy_from
-from services.simulation.scenario_spec import Generate, NodeSpec, Scenario
+from services.simulation.scenario_spec import Generator, NodeSpec, Scenario
 
 
 class ScenarioError(ValueError):
@@ -69,27 +69,27 @@ def _message(error: dict) -> str:
 
 def nodes(scenario: Scenario) -> list[NodeSpec]:
     """Every node of the cell, generators expanded; racks and blocks are numbered across generators."""
-    out: list[NodeSpec] = []
     levels = scenario.cell.topology
+    if len(levels) > 2 and any(isinstance(e, Generator) for e in scenario.cell.nodes):
+        raise ScenarioError(f"generate supports at most two topology levels, the cell has {levels}")
+    out: list[NodeSpec] = []
     racks = blocks = 0
-    counters: dict[str, int] = {}
+    names: dict[str, int] = {}  # prefix -> next node number
     for entry in scenario.cell.nodes:
         if isinstance(entry, NodeSpec):
             out.append(entry)
             continue
-        spec: Generate = entry.generate
-        if len(levels) > 2:
-            raise ScenarioError(f"generate supports at most two topology levels, the cell has {levels}")
-        rack_count = -(-spec.count // spec.nodes_per_rack)
+        spec = entry.generate
         for i in range(spec.count):
-            rack, slot = racks + i // spec.nodes_per_rack, i % spec.nodes_per_rack
-            in_rack = min(spec.nodes_per_rack, spec.count - (i // spec.nodes_per_rack) * spec.nodes_per_rack)
-            index = counters.get(spec.prefix, 0)
-            counters[spec.prefix] = index + 1
-            domains = [blocks + (rack - racks) // spec.racks_per_block, rack][-len(levels):] if levels else []
-            out.append(NodeSpec(name=f"{spec.prefix}{index}", gpus=spec.gpus, gpu_type=spec.gpu_type,
-                                labels={lv: f"{lv[0]}{d}" for lv, d in zip(levels, domains)},
-                                spare=spec.spare or slot >= in_rack - spec.spares_per_rack))
+            rack, slot = divmod(i, spec.nodes_per_rack)
+            rack_size = min(spec.nodes_per_rack, spec.count - rack * spec.nodes_per_rack)
+            domains = [blocks + rack // spec.racks_per_block, racks + rack][2 - len(levels):]
+            number = names.get(spec.prefix, 0)
+            names[spec.prefix] = number + 1
+            out.append(NodeSpec(name=f"{spec.prefix}{number}", gpus=spec.gpus, gpu_type=spec.gpu_type,
+                                labels={level: f"{level[0]}{d}" for level, d in zip(levels, domains)},
+                                spare=spec.spare or slot >= rack_size - spec.spares_per_rack))
+        rack_count = -(-spec.count // spec.nodes_per_rack)
         racks += rack_count
         blocks += -(-rack_count // spec.racks_per_block)
     return out

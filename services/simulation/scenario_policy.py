@@ -6,13 +6,12 @@ import dataclasses
 from typing import Any
 
 from services.policy import DEFAULT_POLICY, Policy
+from services.simulation.durations import parse_duration
 
 
 def policy_from(overrides: dict[str, Any]) -> Policy:
     """The default policy with the given knobs replaced; `_ms` knobs take durations ('5m') and may
     be written without the suffix. Raises ValueError naming an unknown section, knob or bad value."""
-    from services.simulation.scenario_spec import parse_duration
-
     policy = DEFAULT_POLICY
     for section, knobs in overrides.items():
         if section == "version":
@@ -30,12 +29,12 @@ def policy_from(overrides: dict[str, Any]) -> Policy:
             name = knob if knob in fields else f"{knob}_ms"
             if name not in fields:
                 raise ValueError(f"unknown knob policy.{section}.{knob} (one of: {', '.join(fields)})")
-            changes[name] = _coerce(section, name, getattr(current, name), value, parse_duration)
+            changes[name] = _coerce(section, name, getattr(current, name), value)
         policy = dataclasses.replace(policy, **{section: dataclasses.replace(current, **changes)})
     return policy
 
 
-def _coerce(section: str, name: str, default: Any, value: Any, parse_duration) -> Any:
+def _coerce(section: str, name: str, default: Any, value: Any) -> Any:
     where = f"policy.{section}.{name}"
     if name.endswith("_ms"):
         if value is None:

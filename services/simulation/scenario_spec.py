@@ -7,7 +7,6 @@ so a scenario can submit an invalid job and expect its rejection.
 
 from __future__ import annotations
 
-import re
 from typing import Annotated, Any, Literal
 
 from pydantic import (BaseModel, BeforeValidator, ConfigDict, Discriminator, Field, NonNegativeInt, PositiveFloat,
@@ -15,26 +14,8 @@ from pydantic import (BaseModel, BeforeValidator, ConfigDict, Discriminator, Fie
 
 from events.models import EVENT_TYPES_BY_NAME, Reason
 from projections.jobs import JobState
-
-_UNITS = {"ms": 1, "s": 1_000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
-_PART = re.compile(r"(\d+)(ms|s|m|h|d)")
-
-
-def parse_duration(value: Any) -> Any:
-    """'90s', '5m', '2h', '1h30m', '250ms' or an integer of milliseconds -> milliseconds."""
-    if isinstance(value, bool) or value is None:
-        return value
-    if isinstance(value, int):
-        return value
-    if isinstance(value, str):
-        text = value.strip().replace(" ", "")
-        if text.isdigit():
-            return int(text)
-        parts = _PART.findall(text)
-        if parts and "".join(n + u for n, u in parts) == text:
-            return sum(int(n) * _UNITS[u] for n, u in parts)
-    raise ValueError(f"not a duration: {value!r} (write 90s, 5m, 2h, 1h30m or milliseconds)")
-
+from services.simulation.durations import format_duration, parse_duration
+from services.simulation.scenario_policy import policy_from
 
 Duration = Annotated[NonNegativeInt, BeforeValidator(parse_duration)]
 
@@ -249,11 +230,7 @@ class Expect(Spec):
 
     def describe(self) -> str:
         parts = [f"{k}={v}" for k, v in self.model_dump(exclude_none=True, mode="json").items() if k != "at"]
-        return ("at " + _fmt(self.at) + ": " if self.at is not None else "at end: ") + ", ".join(parts)
-
-
-def _fmt(ms: int) -> str:
-    return f"{ms // 1000}s" if ms % 1000 == 0 else f"{ms}ms"
+        return ("at " + format_duration(self.at) + ": " if self.at is not None else "at end: ") + ", ".join(parts)
 
 
 # --- the file --------------------------------------------------------------------------------
@@ -279,7 +256,6 @@ class Scenario(Spec):
     @field_validator("policy")
     @classmethod
     def _known_knobs(cls, policy: dict[str, Any]) -> dict[str, Any]:
-        from services.simulation.scenario_policy import policy_from
         policy_from(policy)  # raises ValueError naming the unknown section or knob
         return policy
 
@@ -294,7 +270,7 @@ class Scenario(Spec):
             if e.team is not None and e.team not in teams:
                 raise ValueError(f"{where}: team {e.team!r} is not defined")
             if e.at is not None and e.at > self.until:
-                raise ValueError(f"{where}: at {_fmt(e.at)} is after until {_fmt(self.until)}")
+                raise ValueError(f"{where}: at {format_duration(e.at)} is after until {format_duration(self.until)}")
         for n, item in enumerate(self.inputs):
             spec = item.submit or item.quota_change
             if spec is not None and spec.gpu_type is None and len(self.gpu_types) != 1:

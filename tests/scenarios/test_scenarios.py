@@ -58,7 +58,7 @@ def test_an_unmet_expectation_makes_the_cli_exit_1_naming_it(tmp_path, capsys):
     assert {"offset", "at", "type", "reason"} <= set(lines[0])
     assert any(line["type"] == "JobPlaced" and line["job_id"] == "llm" for line in lines)
     assert f"FAIL {path}" in err
-    assert f"UNMET {path}: expected at 120s: job=llm, state=succeeded; observed job llm is running" in err
+    assert f"UNMET {path}: expected at 2m: job=llm, state=succeeded; observed job llm is running" in err
     assert f"UNMET {path}: expected at end: team=nlp, gpus_in_use=0; observed team nlp uses 8 GPUs" in err
     assert err.count("UNMET") == 2  # the met expectation is not listed
 
