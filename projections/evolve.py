@@ -95,7 +95,8 @@ def _team_defined(state: CellState, e: m.TeamDefined, offset: int) -> None:
 
 
 def _quota_set(state: CellState, e: m.QuotaSet, offset: int) -> None:
-    if e.team in state.tenancy.teams and e.nominal >= 0:
+    amounts = [v for v in (e.nominal, e.borrowing_limit, e.lending_limit) if v is not None]
+    if e.team in state.tenancy.teams and min(amounts) >= 0:  # else the admitter rejects the request
         state.tenancy.quotas[(e.team, e.gpu_type)] = Quota(e.nominal, e.borrowing_limit, e.lending_limit)
 
 

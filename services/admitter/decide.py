@@ -38,6 +38,8 @@ class Admitter:
                 return [rejection]
         elif isinstance(event, m.JobCancelRequested):
             return [cancel(state, event, ctx)]
+        elif isinstance(event, m.QuotaSet) and (rejection := invalid_quota(state, event, ctx)) is not None:
+            return [rejection]
         if isinstance(event, CYCLE_TRIGGERS):
             decisions.extend(admission_cycle(state, ctx))
         return decisions
@@ -51,6 +53,18 @@ def cancel(state: CellState, event: m.JobCancelRequested, ctx: Context) -> m.Dec
                                  request_event_id=event.envelope.event_id, request_type="JobCancelRequested",
                                  detail=f"cannot cancel {event.job_id}: {why}")
     return m.JobCancelled(envelope=ctx.envelope(Reason.CANCELLED_BY_USER, job.job_id), job_id=job.job_id)
+
+
+def invalid_quota(state: CellState, event: m.QuotaSet, ctx: Context) -> m.RequestRejected | None:
+    """A rejection for a quota that `evolve` ignores (unknown team, negative amounts), so it is not dropped silently."""
+    if event.team not in state.tenancy.teams:
+        reason, detail = Reason.UNKNOWN_TEAM, f"team {event.team!r} is not defined"
+    elif min(v for v in (event.nominal, event.borrowing_limit, event.lending_limit) if v is not None) < 0:
+        reason, detail = Reason.INVALID_REQUEST, "quota amounts must not be negative"
+    else:
+        return None
+    return m.RequestRejected(envelope=ctx.envelope(reason), request_event_id=event.envelope.event_id,
+                             request_type="QuotaSet", detail=f"quota for {event.team} not set: {detail}")
 
 
 def validate(state: CellState, e: m.JobSubmitted, ctx: Context) -> m.JobRejected | None:
