@@ -99,7 +99,8 @@ def _team_defined(state: CellState, e: m.TeamDefined, offset: int) -> None:
 
 
 def _quota_set(state: CellState, e: m.QuotaSet, offset: int) -> None:
-    if e.team in state.tenancy.teams and e.nominal >= 0:
+    amounts = [v for v in (e.nominal, e.borrowing_limit, e.lending_limit) if v is not None]
+    if e.team in state.tenancy.teams and min(amounts) >= 0:  # else the admitter rejects the request
         state.tenancy.quotas[(e.team, e.gpu_type)] = Quota(e.nominal, e.borrowing_limit, e.lending_limit)
     state.tenancy.configuration_changed()
 
@@ -192,6 +193,10 @@ def _job_admitted(state: CellState, e: m.JobAdmitted, offset: int) -> None:
     if job is None or job.state is not JobState.QUEUED:
         if job is not None:
             _note(job, e, offset, SUPERSEDED)
+        return
+    fit = state.tenancy.admissible(job.team, job.gpu_type, job.gpus)
+    if not fit.fits or fit.borrowed > e.borrowed:
+        _note(job, e, offset, SUPERSEDED)  # an admission folded since took the quota this one was decided on
         return
     _decided_about(state, e, offset)
     _note(job, e, offset)

@@ -118,7 +118,8 @@ class Tenancy:
         used = usage.get((team, gpu_type), 0)
         after = used + gpus
         borrowed = max(0, after - quota.nominal)
-        if borrowed and not borrowing:
+        cohort = self.teams[team].cohort if team in self.teams else None
+        if borrowed and (not borrowing or cohort is None):  # a team without a cohort has nothing to borrow from
             return Admissibility(False, borrowed, "nominal")
         if quota.borrowing_limit is not None and borrowed > quota.borrowing_limit:
             return Admissibility(False, borrowed, "borrowing_limit")

@@ -42,6 +42,8 @@ class Admitter:
                 return [rejection]
         elif isinstance(event, m.JobCancelRequested):
             return [cancel(state, event, ctx)]
+        elif isinstance(event, m.QuotaSet) and (rejection := invalid_quota(state, event, ctx)) is not None:
+            return [rejection]
         if isinstance(event, (m.JobSubmitted, m.JobRequeued)) and ctx.policy.admission.backfill:
             # Nothing came free since the last cycle: only the newcomer can be admitted now.
             job = state.jobs.get(event.job_id)
@@ -60,6 +62,18 @@ def cancel(state: CellState, event: m.JobCancelRequested, ctx: Context) -> m.Dec
                                  request_event_id=event.envelope.event_id, request_type="JobCancelRequested",
                                  detail=f"cannot cancel {event.job_id}: {why}")
     return m.JobCancelled(envelope=ctx.envelope(Reason.CANCELLED_BY_USER, job.job_id), job_id=job.job_id)
+
+
+def invalid_quota(state: CellState, event: m.QuotaSet, ctx: Context) -> m.RequestRejected | None:
+    """A rejection for a quota that `evolve` ignores (unknown team, negative amounts), so it is not dropped silently."""
+    if event.team not in state.tenancy.teams:
+        reason, detail = Reason.UNKNOWN_TEAM, f"team {event.team!r} is not defined"
+    elif min(v for v in (event.nominal, event.borrowing_limit, event.lending_limit) if v is not None) < 0:
+        reason, detail = Reason.INVALID_REQUEST, "quota amounts must not be negative"
+    else:
+        return None
+    return m.RequestRejected(envelope=ctx.envelope(reason), request_event_id=event.envelope.event_id,
+                             request_type="QuotaSet", detail=f"quota for {event.team} not set: {detail}")
 
 
 def validate(state: CellState, e: m.JobSubmitted, ctx: Context) -> m.JobRejected | None:
@@ -162,7 +176,8 @@ def admission_cycle(state: CellState, ctx: Context, only: Job | None = None, ref
             break  # nothing left to admit into
         if quiet and (
                 job.gpus >= quota_blocked.get((job.team, job.gpu_type), job.gpus + 1)
-                or (key in no_room and job.workers >= no_room[key] and job.topology_required is None)):
+                or (key in no_room and job.workers >= no_room[key] and job.topology_required is None
+                    and job.job_id not in reservations)):
             continue
         if head_blocked:
             say_why(decisions, job, Reason.WAITING_FOR_QUEUE_HEAD, "strict FIFO: the head of the queue waits", ctx)
@@ -181,7 +196,9 @@ def admission_cycle(state: CellState, ctx: Context, only: Job | None = None, ref
                             f"{quota.nominal} {job.gpu_type}; {job.gpus} more exceed its {fit.limit.replace('_', ' ')}",
                             ctx)
             continue
-        if key in no_room and job.workers >= no_room[key] and job.topology_required is None:
+        # A reservation holder also sees its reserved nodes, so another gang's lack of room says nothing about it.
+        shortcut = job.topology_required is None and job.job_id not in reservations
+        if shortcut and key in no_room and job.workers >= no_room[key]:
             outcome: Placement | Unplaceable = Unplaceable(Reason.INSUFFICIENT_FREE_GPUS,
                                                             f"no room for {job.gpus} {job.gpu_type} GPUs now")
         else:
@@ -195,7 +212,7 @@ def admission_cycle(state: CellState, ctx: Context, only: Job | None = None, ref
                 free_left[job.gpu_type] -= job.gpus
             admitted_per_team[job.team] = admitted_per_team.get(job.team, 0) + 1
             continue
-        if job.topology_required is None and outcome.reason is Reason.INSUFFICIENT_FREE_GPUS:
+        if shortcut and outcome.reason is Reason.INSUFFICIENT_FREE_GPUS:
             no_room[key] = min(no_room.get(key, job.workers), job.workers)
         if not policy.backfill:
             head_blocked = True

@@ -3,7 +3,8 @@
 Entitlement, in order: a lender reclaiming its nominal quota from borrowers, then higher
 priority over lower (within a team, or over a team that is borrowing). Victims are chosen by
 simulating admission after their eviction; among candidates it prefers the least work lost
-since the last checkpoint, then the fewest victims. Victims of other teams come only from teams
+since the last checkpoint, then the fewest victims (a single victim that suffices beats a set
+that loses as much work). Victims of other teams come only from teams
 that borrow, and a team stops giving victims once it no longer borrows; a job that just (re)started is protected for a minimum runtime. A victim is first asked to
 checkpoint; it is preempted when the checkpoint completes or the deadline passes.
 """
@@ -87,6 +88,13 @@ def preempt_for(state: CellState, job: Job, ctx: Context) -> list[m.Decision]:
         rest = [v for v in chosen if v is not victim]
         if rest and _admissible_after(state, job, rest, ctx):
             chosen = rest
+    costs = {victim.job_id: (key[1], key[2]) for key, victim in candidates}  # (category rank, lost work)
+
+    def cost(victims: list[Job]) -> tuple:
+        return (max(costs[v.job_id][0] for v in victims), sum(costs[v.job_id][1] for v in victims), len(victims),
+                sorted(v.job_id for v in victims))
+
+    chosen = min([chosen, *_single_victims(state, job, candidates, ctx)], key=cost)
     reasons = {victim.job_id: key[0] for key, victim in candidates}
     deadline = ctx.now + (policy.checkpoint_grace_ms if policy.checkpoint_aware else 0)
     return [
@@ -106,6 +114,14 @@ def _may_have_victims(state: CellState, job: Job, ctx: Context) -> bool:
     if tenancy.used(job.team, job.gpu_type) + job.gpus > tenancy.quota(job.team, job.gpu_type).nominal:
         return False
     return any(tenancy.borrowed(t, job.gpu_type) > 0 for t in tenancy.pool_members(job.team) if t != job.team)
+
+
+def _single_victims(state: CellState, job: Job, candidates: list[tuple[tuple, Job]], ctx: Context) -> list[list[Job]]:
+    """Each candidate that alone makes room: one victim may lose no more work than the several the
+    greedy pass picked, and then fewer victims is better."""
+    free = sum(n.free for n in state.cluster.of_type(job.gpu_type) if n.schedulable)
+    return [[victim] for _, victim in candidates
+            if victim.gpus + free >= job.gpus and _admissible_after(state, job, [victim], ctx)]
 
 
 def _lost_work_gpu_ms(victim: Job, now: int) -> int:

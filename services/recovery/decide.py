@@ -21,6 +21,10 @@ _XID_REASONS = {XidAction.RETIRE_GPU: Reason.GPU_XID_HARDWARE, XidAction.CORDON_
                 XidAction.JOB_ONLY: Reason.GPU_XID_APPLICATION}
 
 
+#: States in which a job's workers run, so their exits count (a preempting job may still finish).
+_RUNS = (JobState.PLACED, JobState.RUNNING, JobState.PREEMPTING)
+
+
 class Recovery:
     name = "recovery"
 
@@ -84,7 +88,7 @@ def gpu_faulted(state: CellState, event: m.GpuFaulted, ctx: Context) -> list[m.D
 
 def worker_exited(state: CellState, event: m.WorkerExited, ctx: Context) -> list[m.Decision]:
     job = state.jobs.get(event.job_id)
-    if job is None or job.attempt != event.attempt or job.state not in (JobState.PLACED, JobState.RUNNING):
+    if job is None or job.attempt != event.attempt or job.state not in _RUNS:
         return []
     if event.exit_code != 0:
         return interrupt(state, [job], event.node, Reason.WORKER_FAILED,

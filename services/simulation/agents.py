@@ -68,7 +68,8 @@ class SimulatedAgents:
         if every and started.envelope.at + every < end:
             self._schedule_checkpoint(cell, job.job_id, started.attempt, started.envelope.at + every)
 
-    def _progress(self, job_id: str, attempt: int, at: int) -> int | None:
+    def progress(self, job_id: str, attempt: int, at: int) -> int | None:
+        """Training time a job has done by `at` in this attempt, or None when that attempt is not running."""
         started = self._started.get(job_id)
         if started is None or started[0] != attempt:
             return None
@@ -76,7 +77,7 @@ class SimulatedAgents:
         return min(restored + max(0, at - since), self.durations.get(job_id, 3_600_000))
 
     def _schedule_checkpoint(self, cell, job_id: str, attempt: int, at: int) -> None:
-        progress = self._progress(job_id, attempt, at)
+        progress = self.progress(job_id, attempt, at)
         if progress is None:
             return
         job = cell.state.jobs[job_id]

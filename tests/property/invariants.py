@@ -1,0 +1,129 @@
+"""What must hold after every event a cell folds, checked by an observer of the virtual cell."""
+
+from __future__ import annotations
+
+import copy
+
+from events import models as m
+from projections.cell import CellState
+from projections.jobs import HOLDING, JobState
+from services.decider import Context
+
+
+def check_bindings(state: CellState) -> None:
+    """No GPU is bound to two jobs, and a job holding GPUs holds its whole gang: workers x gpus_per_worker."""
+    bound: dict[tuple[str, int], str] = {}
+    for job_id in sorted(state.jobs):
+        job = state.jobs[job_id]
+        if not job.assignments:
+            assert job.state not in (JobState.PLACED, JobState.RUNNING, JobState.PREEMPTING), f"{job_id} {job.state} holds nothing"
+            continue
+        assert job.holds_capacity, f"{job_id} is {job.state.value} but holds GPUs"
+        assert sorted(w for w, _, _ in job.assignments) == list(range(job.workers)), f"{job_id} is not a whole gang"
+        for _, node, gpus in job.assignments:
+            assert len(set(gpus)) == len(gpus) == job.gpus_per_worker, f"{job_id} worker on {node} has {gpus}"
+            for g in gpus:
+                assert (node, g) not in bound, f"GPU {node}/{g} bound to {bound.get((node, g))} and {job_id}"
+                bound[(node, g)] = job_id
+                assert state.cluster.nodes[node].holder.get(g) == job_id, f"{node}/{g} holder disagrees with {job_id}"
+    held = {(n.name, g): j for n in state.cluster.nodes.values() for g, j in n.holder.items()}
+    assert held == bound, "node holders name GPUs that no job's assignment has"
+
+
+def check_nodes(state: CellState) -> None:
+    """A spare holds work only once activated; a reserved node is held back for a queued gang that knows it."""
+    for node in state.cluster.nodes.values():
+        assert not node.holder or not node.spare or node.activated, f"inactive spare {node.name} holds GPUs"
+        if node.reserved_for is not None:
+            holder = state.jobs.get(node.reserved_for)
+            assert holder is not None and holder.state is JobState.QUEUED and node.name in holder.reserved_nodes, (
+                f"{node.name} is reserved for {node.reserved_for}, which does not hold it")
+
+
+def check_placement(state: CellState, placed: m.JobPlaced, offset: int) -> None:
+    """A placement that took effect binds schedulable nodes of the job's type and healthy GPUs."""
+    job = state.jobs[placed.job_id]
+    if job.state is not JobState.PLACED or job.history[-1][0] != offset:
+        return  # superseded
+    for _, name, gpus in job.assignments:
+        node = state.cluster.nodes[name]
+        assert node.schedulable and node.gpu_type == job.gpu_type, f"{job.job_id} placed on {name}"
+        assert not set(gpus) & node.retired, f"{job.job_id} placed on retired GPUs of {name}"
+
+
+def check_quota_usage(state: CellState) -> None:
+    """Each team's usage is the sum of the gangs it holds; the state indexes match the job states."""
+    expected: dict[tuple[str, str], int] = {}
+    for job in state.jobs.values():
+        if job.state in HOLDING:
+            expected[(job.team, job.gpu_type)] = expected.get((job.team, job.gpu_type), 0) + job.gpus
+    actual = {k: v for k, v in state.tenancy.usage.items() if v != 0}
+    assert actual == expected, f"usage {actual} != holding jobs {expected}"
+    assert state.holding == {j for j, job in state.jobs.items() if job.state in HOLDING}
+    assert state.queued == {j for j, job in state.jobs.items() if job.state is JobState.QUEUED}
+
+
+def check_admission(state: CellState, admitted: m.JobAdmitted, offset: int) -> None:
+    """An admission that took effect keeps the borrowing limit and the cohort pool."""
+    job = state.jobs[admitted.job_id]
+    if job.state is not JobState.ADMITTED or job.history[-1][0] != offset:
+        return  # superseded
+    tenancy, key = state.tenancy, (job.team, job.gpu_type)
+    quota = tenancy.quota(*key)
+    borrowed = max(0, tenancy.used(*key) - quota.nominal)
+    assert quota.borrowing_limit is None or borrowed <= quota.borrowing_limit, f"{job.job_id} borrows {borrowed}"
+    assert tenancy.pool_used(*key) <= tenancy.pool_size(*key), (
+        f"{job.job_id}: pool of {job.team} uses {tenancy.pool_used(*key)} of {tenancy.pool_size(*key)}")
+
+
+def check_preemption(state: CellState, request: m.PreemptionRequested) -> None:
+    """The victim ranks below the job it makes room for, judged on the state the decision saw."""
+    victim, beneficiary = state.jobs[request.job_id], state.jobs[request.for_job_id]
+    tenancy = state.tenancy
+    victim_borrows = tenancy.used(victim.team, victim.gpu_type) > tenancy.quota(victim.team, victim.gpu_type).nominal
+    within = (tenancy.used(beneficiary.team, beneficiary.gpu_type) + beneficiary.gpus
+              <= tenancy.quota(beneficiary.team, beneficiary.gpu_type).nominal)
+    assert victim.preemptible and victim.gpu_type == beneficiary.gpu_type
+    assert victim.priority < beneficiary.priority or (victim_borrows and within), (
+        f"{victim.job_id} (priority {victim.priority}, borrowing {victim_borrows}) preempted for "
+        f"{beneficiary.job_id} (priority {beneficiary.priority}, within nominal {within})")
+
+
+class Invariants:
+    """Observer: after each event is folded and decided, checks the state and the new decisions;
+    with `purity`, also re-runs every decider on a copy to prove `decide` is pure and repeatable."""
+
+    def __init__(self, purity: bool = False) -> None:
+        self.purity = purity
+        self.seen = 0
+        self.events = 0
+
+    def __call__(self, cell, event: m.Event, offset: int) -> None:
+        state = cell.state
+        new = cell.log[max(self.seen, offset + 1):]
+        self.seen = len(cell.log)
+        self.events += 1
+        check_bindings(state)
+        check_quota_usage(state)
+        check_nodes(state)
+        if isinstance(event, m.JobAdmitted):
+            check_admission(state, event, offset)
+        if isinstance(event, m.JobPlaced):
+            check_placement(state, event, offset)
+        for decision in new:
+            if isinstance(decision, m.PreemptionRequested):
+                check_preemption(state, decision)
+        if self.purity and not isinstance(event, m.NodeHeartbeat):
+            self.check_pure(cell, event, offset, new)
+
+    @staticmethod
+    def check_pure(cell, event: m.Event, offset: int, new: list[m.Event]) -> None:
+        before = copy.deepcopy(cell.state)
+        again: list[m.Event] = []
+        for decider in cell.deciders:
+            first = decider.decide(cell.state, event, Context(decider.name, event, offset, cell.policy))
+            assert cell.state == before, f"{decider.name}.decide changed its input state on {event.event_type}"
+            second = decider.decide(cell.state, event, Context(decider.name, event, offset, cell.policy))
+            assert first == second, f"{decider.name}.decide is not repeatable on {event.event_type}"
+            again += first
+        assert again == list(new), f"re-deciding {event.event_type} at {offset} gives other decisions than the log"

@@ -1,0 +1,113 @@
+"""Random event streams over a small cell, as scenarios: the same builder serves hypothesis
+(which shrinks a failing stream) and a seeded `random.Random` (for the determinism check)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+from services.simulation.scenario import parse
+from services.simulation.scenario_spec import Scenario
+
+NODES = ["n0", "n1", "n2", "n3", "n4"]  # n2 and n4 are hot spares
+TEAMS = ["a", "b", "c"]  # a and b share a cohort; c stands alone
+XIDS = [13, 31, 48, 63, 79, 999]
+MINUTE = 60_000
+
+
+class Chooser(Protocol):
+    def one(self, options: Sequence[Any]) -> Any: ...
+    def int(self, low: int, high: int) -> int: ...
+
+
+class RandomChooser:
+    """Choices from a seeded `random.Random`."""
+
+    def __init__(self, rng) -> None:
+        self.rng = rng
+
+    def one(self, options: Sequence[Any]) -> Any:
+        return self.rng.choice(list(options))
+
+    def int(self, low: int, high: int) -> int:
+        return self.rng.randint(low, high)
+
+
+class DataChooser:
+    """Choices drawn from hypothesis's `st.data()`, so failures shrink."""
+
+    def __init__(self, data) -> None:
+        from hypothesis import strategies as st
+        self.data, self.st = data, st
+
+    def one(self, options: Sequence[Any]) -> Any:
+        return self.data.draw(self.st.sampled_from(list(options)))
+
+    def int(self, low: int, high: int) -> int:
+        return self.data.draw(self.st.integers(low, high))
+
+
+def _limit(c: Chooser) -> int | None:
+    return c.one([None, None, 0, 4, 8])
+
+
+def _action(c: Chooser, jobs: list[str]) -> dict:
+    kind = c.one(["submit"] * 5 + ["cancel", "worker_exited", "worker_exited", "node_failed", "gpu_error",
+                                    "gpu_error", "quota_change", "cordon", "uncordon", "health_check_passed",
+                                    "checkpoint_completed", "heartbeat_silence"])
+    if kind == "submit" or not jobs and kind in ("cancel", "worker_exited", "checkpoint_completed"):
+        job = f"j{len(jobs)}"
+        jobs.append(job)
+        return {"submit": {
+            "job": job, "team": c.one(TEAMS), "workers": c.int(1, 3), "gpus_per_worker": c.one([1, 2, 4]),
+            "priority_class": c.one([None, "low", "high", "prod"]), "runs_for": c.int(1, 30) * MINUTE,
+            "topology_required": c.one([None, None, "rack", "block"]), "max_restarts": c.int(0, 2)}}
+    if kind in ("cancel", "checkpoint_completed"):
+        return {kind: c.one(jobs)}
+    if kind == "worker_exited":
+        return {kind: {"job": c.one(jobs), "worker": c.int(0, 2), "code": c.one([0, 1])}}
+    if kind == "gpu_error":
+        return {kind: {"node": c.one(NODES), "gpu": c.int(0, 3), "xid": c.one(XIDS)}}
+    if kind == "quota_change":
+        return {kind: {"team": c.one(TEAMS), "nominal": c.one([0, 4, 8, 12]), "borrowing_limit": _limit(c),
+                       "lending_limit": _limit(c)}}
+    return {kind: c.one(NODES)}
+
+
+#: Policy variants a stream runs under (overrides of the stream's base policy).
+VARIANTS: list[dict] = [
+    {},
+    {"preemption": {"min_runtime": "0s", "checkpoint_aware": False}},
+    {"admission": {"backfill": False, "fair_share": False}},
+    {"admission": {"borrowing": False, "max_reservations": 1}, "placement": {"best_fit": False}},
+    {"placement": {"topology_aware": False}, "recovery": {"use_hot_spares": False}},
+    {"preemption": {"enabled": False}, "admission": {"admissions_per_team_per_cycle": 1}},
+]
+
+
+def stream(c: Chooser, steps: int) -> Scenario:
+    """A scenario: a 5-node cell of 4-GPU nodes, three teams, a policy variant and `steps` random inputs."""
+    variant = c.one(range(len(VARIANTS)))
+    policy = {"preemption": {"min_runtime": "2m", "checkpoint_grace": "1m"},
+              "admission": {"reservation_after": "3m"}, "recovery": {"backoff_base": "20s"}}
+    for section, knobs in VARIANTS[variant].items():
+        policy[section] = {**policy.get(section, {}), **knobs}
+    jobs: list[str] = []
+    inputs = sorted(({"at": c.int(0, 30) * MINUTE + c.int(0, 59) * 1000, **_action(c, jobs)} for _ in range(steps)),
+                    key=lambda i: i["at"])
+    return parse({
+        "name": "random-stream",
+        "cell": {"topology": ["block", "rack"], "nodes": [{"generate": {
+            "count": 5, "gpus": 4, "gpu_type": "H100", "nodes_per_rack": 3, "racks_per_block": 1,
+            "spares_per_rack": 1}}]},
+        "cohorts": [{"name": "co"}],
+        "teams": [{"name": "a", "cohort": "co", "weight": 2, "quota": {"H100": {"nominal": 8, "borrowing_limit": 4}}},
+                  {"name": "b", "cohort": "co", "quota": {"H100": {"nominal": 4, "lending_limit": 2}}},
+                  {"name": "c", "quota": {"H100": 4}}],
+        "priority_classes": [{"name": "low", "value": 10}, {"name": "high", "value": 100},
+                             {"name": "prod", "value": 50, "preemptible": False}],
+        "policy": policy,
+        "agents": {"checkpoint_every": c.one(["5m", None]), "checkpoint_delay": c.one(["20s", "2m"]),
+                   "heartbeat_every": "10s"},
+        "tick": "30s", "until": "40m", "inputs": inputs,
+    }, "random stream")
