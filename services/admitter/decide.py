@@ -54,6 +54,14 @@ class Admitter:
         return decisions
 
 
+_QUOTA_WHY = {
+    "nominal": "exceed its nominal quota and it may not borrow",
+    "borrowing_limit": "exceed its borrowing limit",
+    "cohort": "need more than its cohort has left to lend",
+    "reclaim": "are within its nominal, but borrowers use what it lent: the preemptor may reclaim it",
+}
+
+
 def cancel(state: CellState, event: m.JobCancelRequested, ctx: Context) -> m.Decision:
     job = state.jobs.get(event.job_id)
     if job is None or job.ended:
@@ -192,9 +200,8 @@ def admission_cycle(state: CellState, ctx: Context, only: Job | None = None, ref
             quota_blocked[(job.team, job.gpu_type)] = min(quota_blocked.get((job.team, job.gpu_type), job.gpus), job.gpus)
             quota = state.tenancy.quota(job.team, job.gpu_type)
             say_why(decisions, job, _QUOTA_REASONS[fit.limit],
-                            f"team {job.team} uses {usage.get((job.team, job.gpu_type), 0)} of nominal "
-                            f"{quota.nominal} {job.gpu_type}; {job.gpus} more exceed its {fit.limit.replace('_', ' ')}",
-                            ctx)
+                    f"team {job.team} uses {usage.get((job.team, job.gpu_type), 0)} of nominal {quota.nominal} "
+                    f"{job.gpu_type}; {job.gpus} more {_QUOTA_WHY[fit.limit]}", ctx)
             continue
         # A reservation holder also sees its reserved nodes, so another gang's lack of room says nothing about it.
         shortcut = job.topology_required is None and job.job_id not in reservations
