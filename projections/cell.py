@@ -26,6 +26,8 @@ class CellState:
     holding_by_team: dict[str, set[str]] = field(default_factory=dict)
     last_heartbeat: dict[str, int] = field(default_factory=dict)
     reservations: dict[str, tuple[str, ...]] = field(default_factory=dict)  # queued job -> nodes draining for it
+    #: keys of the snapshot rows changed since a store last saved them (see projections/snapshot.py)
+    dirty: set[str] = field(default_factory=set, compare=False, repr=False)
 
     def job(self, job_id: str) -> Job | None:
         return self.jobs.get(job_id)

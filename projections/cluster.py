@@ -79,6 +79,7 @@ class Cluster:
     counted: dict[str, int] = field(default_factory=dict)  # node -> free count it is indexed under
     #: gpu type -> GPUs per node -> number of (non-spare) nodes of that size, for validating requests
     sizes: dict[str, dict[int, int]] = field(default_factory=dict)
+    changed: set[str] = field(default_factory=set, compare=False, repr=False)  # nodes changed since last saved
 
     def add(self, node: Node) -> None:
         old = self.nodes.get(node.name)
@@ -122,6 +123,7 @@ class Cluster:
 
     def recount(self, node: Node) -> None:
         """Re-indexes one node after its GPUs, health or flags changed."""
+        self.changed.add(node.name)
         self._uncount(node)
         if node.schedulable:
             free = node.free

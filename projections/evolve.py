@@ -30,7 +30,24 @@ def evolve(state: CellState, event: m.Event, offset: int) -> CellState:
     handler = _HANDLERS.get(type(event))
     if handler is not None:
         handler(state, event, offset)
+        _mark_dirty(state, event)
     return state
+
+
+def _mark_dirty(state: CellState, event: m.Event) -> None:
+    """Names the snapshot rows this event may have changed, for the projection store."""
+    dirty = state.dirty
+    job_id = getattr(event, "job_id", None)
+    if job_id is not None:
+        dirty.add(f"job/{job_id}")
+        dirty.add("tenancy")  # usage follows admissions and releases
+    elif isinstance(event, m.NodeHeartbeat):
+        dirty.add(f"heartbeat/{event.node}")
+    elif isinstance(event, (m.TeamDefined, m.CohortDefined, m.QuotaSet, m.PriorityClassDefined)):
+        dirty.add("tenancy")
+    if state.cluster.changed:
+        dirty.update(f"node/{name}" for name in state.cluster.changed)
+        state.cluster.changed.clear()
 
 
 def _note(job: Job, event: m.Event, offset: int, reason: str | None = None) -> None:
@@ -65,6 +82,7 @@ def _drop_reservation(state: CellState, job: Job) -> None:
         node = state.cluster.nodes.get(name)
         if node is not None and node.reserved_for == job.job_id:
             node.reserved_for = None
+            state.cluster.changed.add(name)
     job.reserved_nodes = ()
     job.reserved_since = None
     state.reservations.pop(job.job_id, None)
@@ -186,6 +204,7 @@ def _job_queued(state: CellState, e: m.JobQueued, offset: int) -> None:
         for name in e.reserved_nodes:
             if name in state.cluster.nodes:
                 state.cluster.nodes[name].reserved_for = job.job_id
+                state.cluster.changed.add(name)
 
 
 def _job_admitted(state: CellState, e: m.JobAdmitted, offset: int) -> None:

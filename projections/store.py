@@ -1,0 +1,49 @@
+"""A cell's projection in RocksDB (rocksdict): the rows an event batch changed and the offset of
+the last folded event go into one write batch, so a restart resumes exactly where it stopped."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+
+from rocksdict import Options, Rdict, WriteBatch
+
+from projections.cell import CellState
+from projections.snapshot import CELL_KEY, TENANCY_KEY, all_keys, restore, rows
+
+
+class ProjectionStore:
+    """One cell's state in its own RocksDB directory."""
+
+    def __init__(self, path: Path | str) -> None:
+        Path(path).mkdir(parents=True, exist_ok=True)
+        self.path = Path(path)
+        self._db = Rdict(str(path), Options(raw_mode=True))
+
+    def load(self) -> CellState | None:
+        """The stored state (its `offset` is the last folded event), or None for an empty store."""
+        if self._db.get(CELL_KEY.encode()) is None:
+            return None
+        stored = {key.decode(): value for key, value in self._db.items() if not key.startswith(b"extra/")}
+        return restore(stored)
+
+    def extra(self, name: str) -> bytes | None:
+        """A row the caller saved beside the state (a service's assumed decisions, say)."""
+        return self._db.get(f"extra/{name}".encode())
+
+    def save(self, state: CellState, extra: Mapping[str, bytes] = {}, everything: bool = False) -> None:
+        """Writes the rows changed since the last save, the offset, and `extra`, atomically."""
+        keys = all_keys(state) if everything else sorted(state.dirty | {CELL_KEY, TENANCY_KEY})
+        batch = WriteBatch(raw_mode=True)
+        for key, value in rows(state, keys):
+            if value is None:
+                batch.delete(key.encode())
+            else:
+                batch.put(key.encode(), value)
+        for name, value in sorted(extra.items()):
+            batch.put(f"extra/{name}".encode(), value)
+        self._db.write(batch)
+        state.dirty.clear()
+
+    def close(self) -> None:
+        self._db.close()
