@@ -9,7 +9,7 @@ service re-reads the same events. Records that do not decode come back as `LogRe
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 
@@ -37,7 +37,7 @@ class LogRecord:
         """The dead-letter event that keeps these bytes and why they could not be read."""
         assert self.error is not None
         return DeadLetter(
-            envelope=Envelope(event_id=f"deadletter-{self.topic}-{self.partition}-{self.offset}", cell="-", at=at,
+            envelope=Envelope(event_id=f"{producer}-deadletter-{self.partition}-{self.offset}", cell="-", at=at,
                               producer=producer),
             source_topic=self.topic, source_partition=self.partition, source_offset=self.offset,
             key=self.key, value=self.value, error=str(self.error),
@@ -129,13 +129,23 @@ class EventConsumer:
             "isolation.level": "read_committed",
             "logger": quiet_logger(),
         })
-        if assign is None:
-            self._consumer.subscribe([topics.events])
-        else:
-            partitions = [TopicPartition(topics.events, cell_partition(self.cells, c)) for c in assign]
-            committed = _retrying(lambda: self._consumer.committed(partitions, timeout=30))
-            self._consumer.assign([TopicPartition(p.topic, p.partition, p.offset if p.offset >= 0 else 0)
-                                   for p in committed])
+        if assign is not None:
+            self.assign_cells(assign)
+
+    def assign_cells(self, cells: Sequence[str]) -> None:
+        """Reads these cells' partitions from their committed offsets (or the start)."""
+        partitions = [TopicPartition(self.topics.events, cell_partition(self.cells, c)) for c in cells]
+        committed = _retrying(lambda: self._consumer.committed(partitions, timeout=30))
+        self._consumer.assign([TopicPartition(p.topic, p.partition, p.offset if p.offset >= 0 else 0)
+                               for p in committed])
+
+    def subscribe(self, topics: Sequence[str], on_assign: Callable, on_revoke: Callable) -> None:
+        """Joins the consumer group: partitions (cells) are shared among replicas and move when one dies.
+        `on_assign(consumer, partitions)` may set each partition's start offset before reading begins."""
+        self._consumer.subscribe(list(topics), on_assign=on_assign, on_revoke=on_revoke, on_lost=on_revoke)
+
+    def committed(self, partitions: list[TopicPartition]) -> list[TopicPartition]:
+        return _retrying(lambda: self._consumer.committed(partitions, timeout=30))
 
     def poll(self, max_records: int = 500, timeout: float = 1.0) -> list[LogRecord]:
         records = []
@@ -168,3 +178,8 @@ class EventConsumer:
 
     def close(self) -> None:
         self._consumer.close()
+
+    @property
+    def raw(self) -> Consumer:
+        """The confluent-kafka consumer, for the rebalance callbacks' assign()."""
+        return self._consumer

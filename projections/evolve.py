@@ -34,6 +34,16 @@ def evolve(state: CellState, event: m.Event, offset: int) -> CellState:
     return state
 
 
+def fold_assumed(state: CellState, event: m.Event) -> CellState:
+    """Folds an event whose log offset is not known yet (a service's own decision in flight, or a
+    heartbeat from the side topic) at the current position, without moving the offset."""
+    handler = _HANDLERS.get(type(event))
+    if handler is not None:
+        handler(state, event, state.offset)
+        _mark_dirty(state, event)
+    return state
+
+
 def _mark_dirty(state: CellState, event: m.Event) -> None:
     """Names the snapshot rows this event may have changed, for the projection store."""
     dirty = state.dirty

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from types import ModuleType
 
 from events import broker_cli, schemas_cli, topics_cli
+from services import run_cli
 from services.simulation import scenario_cli
 
 # Each module provides `add_arguments(parser)` and `run(args) -> int`.
@@ -15,6 +16,7 @@ SUBCOMMANDS: tuple[tuple[str, str, ModuleType], ...] = (
     ("kafka", "start, stop or inspect the local Apache Kafka broker (no Docker needed)", broker_cli),
     ("topics", "create Gangway's topics and print the topic catalogue", topics_cli),
     ("schemas", "list, check, write and release the Avro event schemas", schemas_cli),
+    ("run", "run a service (admitter, placer, preemptor, recovery), the clock, or all of them on Kafka", run_cli),
     ("scenario", "run scenario files in virtual time and check their expectations", scenario_cli),
 )
 

@@ -1,0 +1,65 @@
+"""`gangway run SERVICE`: runs one service (or the clock, or all of them as separate processes) on Kafka."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+from events.topics import cells_from_env, topic_names, topic_prefix
+from services.admitter.decide import Admitter
+from services.clock import VirtualClock, run_clock
+from services.placer.decide import Placer
+from services.policy import DEFAULT_POLICY
+from services.preemptor.decide import Preemptor
+from services.recovery.decide import Recovery
+from services.shell import ServiceShell
+
+DECIDERS = {"admitter": Admitter, "placer": Placer, "preemptor": Preemptor, "recovery": Recovery}
+EVERYTHING = (*DECIDERS, "clock")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("service", choices=(*EVERYTHING, "all"),
+                        help="a service, the clock, or all of them (each its own process)")
+    parser.add_argument("--bootstrap-servers", default=os.environ.get("KAFKA_BOOTSTRAP_SERVERS", "127.0.0.1:9092"))
+    parser.add_argument("--cells", default=",".join(cells_from_env()),
+                        help="comma-separated cells, in partition order (default: $GANGWAY_CELLS or cell-a)")
+    parser.add_argument("--state-dir", type=Path, default=Path(os.environ.get("GANGWAY_STATE", "~/.gangway/state")),
+                        help="where each service keeps its RocksDB projections (default ~/.gangway/state)")
+    parser.add_argument("--tick-interval", type=float, default=1.0, help="clock: seconds between ticks")
+    parser.add_argument("--speedup", type=float, default=1.0, help="clock: event time runs this many times faster")
+    parser.add_argument("-v", "--verbose", action="store_true")
+
+
+def run(args: argparse.Namespace) -> int:
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
+                        format="%(asctime)s %(name)s %(message)s")
+    cells = tuple(c.strip() for c in args.cells.split(",") if c.strip())
+    topics = topic_names()
+    if args.service == "all":
+        return _run_all(args)
+    if args.service == "clock":
+        run_clock(args.bootstrap_servers, topics, cells, args.tick_interval, VirtualClock.starting_now(args.speedup))
+        return 0
+    shell = ServiceShell(DECIDERS[args.service](), args.bootstrap_servers, topics, cells,
+                         args.state_dir.expanduser(), DEFAULT_POLICY, name_prefix=topic_prefix())
+    shell.run()
+    return 0
+
+
+def _run_all(args: argparse.Namespace) -> int:
+    """One process per service and the clock; Ctrl-C (or SIGTERM) stops them all."""
+    common = ["--bootstrap-servers", args.bootstrap_servers, "--cells", args.cells,
+              "--state-dir", str(args.state_dir), "--tick-interval", str(args.tick_interval),
+              "--speedup", str(args.speedup)] + (["-v"] if args.verbose else [])
+    children = [subprocess.Popen([sys.executable, "-m", "replay.cli", "run", name, *common]) for name in EVERYTHING]
+    stop = lambda *_: [c.send_signal(signal.SIGTERM) for c in children if c.poll() is None]  # noqa: E731
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    codes = [c.wait() for c in children]
+    return max(codes, default=0)

@@ -1,0 +1,114 @@
+"""Test helpers for the control plane on a real broker: service processes, an operator that writes
+events, and a reader of the whole cell log."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from events import models as m
+from events.log import EventConsumer, EventProducer
+from events.topics import TopicNames
+from projections.cell import CellState
+from projections.evolve import evolve
+
+ROOT = Path(__file__).resolve().parents[2]
+SERVICES = ("admitter", "placer", "preemptor", "recovery")
+
+
+class ControlPlane:
+    """The four services as real processes, started and killed at will."""
+
+    def __init__(self, bootstrap: str, state_dir: Path, cells: Sequence[str] = ("cell-a",)) -> None:
+        self.bootstrap, self.state_dir, self.cells = bootstrap, state_dir, tuple(cells)
+        self.processes: dict[str, subprocess.Popen] = {}
+
+    def start(self, service: str, replica: str = "") -> None:
+        name = service + replica
+        log = open(self.state_dir / f"{name}.log", "ab")  # noqa: SIM115 - owned by the process
+        self.processes[name] = subprocess.Popen(
+            [sys.executable, "-m", "replay.cli", "run", service, "--bootstrap-servers", self.bootstrap,
+             "--cells", ",".join(self.cells), "--state-dir", str(self.state_dir / (replica or "main")), "-v"],
+            cwd=ROOT, env=dict(os.environ), stdout=log, stderr=subprocess.STDOUT)
+
+    def start_all(self) -> None:
+        for service in SERVICES:
+            self.start(service)
+
+    def kill(self, name: str) -> None:
+        """kill -9: no clean shutdown, an open transaction left behind."""
+        self.processes[name].send_signal(signal.SIGKILL)
+        self.processes[name].wait(30)
+
+    def stop_all(self) -> dict[str, int]:
+        for process in self.processes.values():
+            if process.poll() is None:
+                process.send_signal(signal.SIGTERM)
+        return {name: process.wait(60) for name, process in self.processes.items()}
+
+
+class Operator:
+    """Writes events as launchers, node agents and operators would."""
+
+    def __init__(self, bootstrap: str, topics: TopicNames, cells: Sequence[str] = ("cell-a",)) -> None:
+        self.producer = EventProducer(bootstrap, f"operator-{uuid.uuid4().hex}", topics, cells)
+        self.seq = 0
+
+    def envelope(self, cell: str = "cell-a", producer: str = "operator") -> m.Envelope:
+        self.seq += 1
+        return m.Envelope(event_id=f"{producer}-{uuid.uuid4().hex[:8]}-{self.seq}", cell=cell,
+                          at=1_700_000_000_000 + self.seq * 1000, producer=producer)
+
+    def write(self, *events: m.Event) -> None:
+        with self.producer.transaction():
+            for event in events:
+                self.producer.produce(event)
+
+    def cell(self, cell: str = "cell-a", nodes: int = 4, racks: int = 2, quota: int = 1000) -> None:
+        e = lambda: self.envelope(cell)  # noqa: E731
+        self.write(m.CellConfigured(envelope=e(), topology_levels=["rack"]),
+                   *[m.NodeRegistered(envelope=e(), node=f"{cell}-n{i}", gpu_type="H100", gpus=8,
+                                      labels={"rack": f"r{i % racks}"}) for i in range(nodes)],
+                   m.TeamDefined(envelope=e(), team="nlp"),
+                   m.QuotaSet(envelope=e(), team="nlp", gpu_type="H100", nominal=quota))
+
+    def submit(self, job: str, workers: int = 1, gpus: int = 8, cell: str = "cell-a") -> m.JobSubmitted:
+        event = m.JobSubmitted(envelope=self.envelope(cell, "launcher"), job_id=job, team="nlp", workers=workers,
+                               gpus_per_worker=gpus, gpu_type="H100")
+        self.write(event)
+        return event
+
+
+def read_log(bootstrap: str, topics: TopicNames, cell: str = "cell-a", cells: Sequence[str] = ("cell-a",),
+             until: Callable[[list[m.Event]], bool] = lambda events: False,
+             timeout: float = 60.0) -> list[tuple[int, m.Event]]:
+    """The cell's committed log as (offset, event), read until `until(events)` holds or the timeout passes."""
+    consumer = EventConsumer(bootstrap, f"reader-{uuid.uuid4().hex}", topics, cells, assign=[cell])
+    logged: list[tuple[int, m.Event]] = []
+    deadline = time.monotonic() + timeout
+    try:
+        while time.monotonic() < deadline:
+            logged += [(r.offset, r.event) for r in consumer.poll(1000, 0.5) if r.event is not None]
+            if until([e for _, e in logged]):
+                break
+    finally:
+        consumer.close()
+    return logged
+
+
+def count(logged: list[tuple[int, m.Event]], kind: type, job: str | None = None) -> int:
+    return sum(1 for _, e in logged if isinstance(e, kind) and (job is None or getattr(e, "job_id", None) == job))
+
+
+def fold(logged: list[tuple[int, m.Event]]) -> CellState:
+    """A rebuild of the cell's state from its log, as any projection would fold it."""
+    state = CellState()
+    for offset, event in logged:
+        evolve(state, event, offset)
+    return state

@@ -1,0 +1,134 @@
+"""The four services as real processes on a real broker: submissions to completion, exactly once
+under kill -9, poison records dead-lettered while the services go on."""
+
+from __future__ import annotations
+
+import random
+import time
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Producer
+
+from events import models as m
+from events.broker import quiet_logger
+from events.log import EventConsumer
+from events.topics import TopicNames
+from projections.jobs import JobState
+from projections.snapshot import dump
+from projections.store import ProjectionStore
+from tests.integration.control_plane import ControlPlane, Operator, count, fold, read_log
+
+pytestmark = [pytest.mark.kafka, pytest.mark.slow]
+
+
+def placed_all(jobs: list[str]):
+    return lambda events: all(any(isinstance(e, m.JobPlaced) and e.job_id == j for e in events) for j in jobs)
+
+
+def decisions(logged) -> list[m.Event]:
+    return [e for _, e in logged if e.is_decision]
+
+
+def without_history(rows: dict) -> dict:
+    """A projection's rows minus what depends on when a service read its own decisions back."""
+    out = {}
+    for key, row in rows.items():
+        if key.startswith("job/"):
+            row = {k: v for k, v in row.items() if k not in ("history", "reason_offset")}
+        elif key == "cell":
+            row = {k: v for k, v in row.items() if k != "offset"}
+        out[key] = row
+    return out
+
+
+def test_submissions_run_to_completion_exactly_once(kafka_bootstrap, gangway_topics, tmp_path: Path):
+    plane = ControlPlane(kafka_bootstrap, tmp_path)
+    plane.start_all()
+    operator = Operator(kafka_bootstrap, gangway_topics)
+    try:
+        operator.cell(nodes=4)
+        first = [operator.submit(f"job-{i}", workers=w, gpus=g).job_id
+                 for i, (w, g) in enumerate([(2, 8), (1, 8), (1, 4), (1, 4)])]
+        logged = read_log(kafka_bootstrap, gangway_topics, until=placed_all(first))
+        assert all(count(logged, m.JobPlaced, j) == 1 for j in first), "every gang placed exactly once"
+        # The node agents' part: workers start and exit 0; recovery ends the jobs, freeing their GPUs.
+        for _, e in logged:
+            if isinstance(e, m.JobPlaced):
+                operator.write(*[m.WorkerStarted(envelope=operator.envelope(producer=f"agent/{a.node}"),
+                                                 job_id=e.job_id, attempt=e.attempt, worker=a.worker, node=a.node)
+                                 for a in e.assignments])
+                operator.write(*[m.WorkerExited(envelope=operator.envelope(producer=f"agent/{a.node}"),
+                                                job_id=e.job_id, attempt=e.attempt, worker=a.worker, node=a.node,
+                                                exit_code=0) for a in e.assignments])
+        second = [operator.submit("after-0", workers=4, gpus=8).job_id]  # needs the whole cell: only after release
+        logged = read_log(kafka_bootstrap, gangway_topics, until=placed_all(first + second))
+    finally:
+        exits = plane.stop_all()
+    assert exits == {"admitter": 0, "placer": 0, "preemptor": 0, "recovery": 0}
+    assert all(count(logged, m.JobSucceeded, j) == 1 for j in first)
+    assert count(logged, m.JobPlaced, "after-0") == 1
+    ids = [e.envelope.event_id for e in decisions(logged)]
+    assert len(ids) == len(set(ids)), "no decision written twice"
+    rebuilt = fold(logged)
+    assert dump(rebuilt) == dump(fold(logged)), "the same log folds to the same state"
+    assert rebuilt.jobs["after-0"].state is JobState.PLACED
+    for service in ("admitter", "placer"):
+        stored = ProjectionStore(tmp_path / "main" / service / "cell-a").load()
+        assert without_history(dump(stored)) == without_history(dump(rebuilt)), service
+
+
+def test_kill_9_loses_and_duplicates_no_decision(kafka_bootstrap, gangway_topics, tmp_path: Path):
+    plane = ControlPlane(kafka_bootstrap, tmp_path)
+    plane.start_all()
+    operator = Operator(kafka_bootstrap, gangway_topics)
+    rng = random.Random(7)
+    jobs = []
+    try:
+        operator.cell(nodes=16, racks=4)
+        for i in range(40):
+            jobs.append(operator.submit(f"job-{i}", workers=rng.choice([1, 1, 2]), gpus=rng.choice([1, 2, 4])).job_id)
+            if i in (9, 24):
+                victim = "admitter" if i == 9 else "placer"
+                plane.kill(victim)
+                time.sleep(rng.uniform(0.0, 1.0))
+                plane.start(victim)
+            time.sleep(0.05)
+        logged = read_log(kafka_bootstrap, gangway_topics, until=placed_all(jobs), timeout=120)
+    finally:
+        plane.stop_all()
+    assert [count(logged, m.JobAdmitted, j) for j in jobs] == [1] * len(jobs)
+    assert [count(logged, m.JobPlaced, j) for j in jobs] == [1] * len(jobs)
+    ids = [e.envelope.event_id for e in decisions(logged)]
+    assert len(ids) == len(set(ids))
+    rebuilt = fold(logged)
+    for service in ("admitter", "placer"):
+        stored = ProjectionStore(tmp_path / "main" / service / "cell-a").load()
+        assert without_history(dump(stored)) == without_history(dump(rebuilt)), service
+
+
+def test_a_poison_record_is_dead_lettered_and_the_service_goes_on(kafka_bootstrap, gangway_topics, tmp_path: Path):
+    plane = ControlPlane(kafka_bootstrap, tmp_path)
+    plane.start("admitter")
+    plane.start("placer")
+    operator = Operator(kafka_bootstrap, gangway_topics)
+    try:
+        operator.cell(nodes=2)
+        raw = Producer({"bootstrap.servers": kafka_bootstrap, "logger": quiet_logger()})
+        raw.produce(gangway_topics.events, key=b"cell-a", value=b'{"not": "avro"}', partition=0)
+        raw.flush(30)
+        job = operator.submit("after-poison").job_id
+        logged = read_log(kafka_bootstrap, gangway_topics, until=placed_all([job]))
+        assert count(logged, m.JobPlaced, job) == 1
+        letters = EventConsumer(kafka_bootstrap, "dlq-reader", TopicNames(gangway_topics.deadletter, "", ""),
+                                ["cell-a"], assign=["cell-a"])
+        found = []
+        for _ in range(20):
+            found += [r.event for r in letters.poll(100, 0.5) if r.event is not None]
+            if len(found) >= 2:
+                break
+        letters.close()
+    finally:
+        plane.stop_all()
+    assert [(d.value, d.error.split(":")[0]) for d in found] == [(b'{"not": "avro"}', "NOT_SINGLE_OBJECT")] * len(found)
+    assert sorted(d.envelope.producer for d in found) == ["admitter", "placer"], "each service that read it says so"
