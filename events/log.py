@@ -127,6 +127,9 @@ class EventConsumer:
             "enable.auto.commit": False,
             "auto.offset.reset": "earliest",
             "isolation.level": "read_committed",
+            # A replica killed with -9 loses its cells to the others after this long.
+            "session.timeout.ms": 6_000,
+            "heartbeat.interval.ms": 1_500,
             "logger": quiet_logger(),
         })
         if assign is not None:

@@ -13,7 +13,7 @@ from confluent_kafka import Producer
 from events import models as m
 from events.broker import quiet_logger
 from events.log import EventConsumer
-from events.topics import TopicNames
+from events.topics import TopicNames, ensure_topics, topic_names
 from projections.jobs import JobState
 from projections.snapshot import dump
 from projections.store import ProjectionStore
@@ -132,3 +132,56 @@ def test_a_poison_record_is_dead_lettered_and_the_service_goes_on(kafka_bootstra
         plane.stop_all()
     assert [(d.value, d.error.split(":")[0]) for d in found] == [(b'{"not": "avro"}', "NOT_SINGLE_OBJECT")] * len(found)
     assert sorted(d.envelope.producer for d in found) == ["admitter", "placer"], "each service that read it says so"
+
+
+def test_two_cells_two_replicas_one_owner_each_and_takeover(kafka_bootstrap, topic_prefix, kafka_admin,
+                                                            kafka_replication_factor, tmp_path: Path):
+    cells = ("cell-a", "cell-b")
+    ensure_topics(kafka_admin, cells, kafka_replication_factor, prefix=topic_prefix)
+    topics = topic_names(topic_prefix)
+    plane = ControlPlane(kafka_bootstrap, tmp_path, cells)
+    for replica in ("1", "2"):
+        for service in ("admitter", "placer"):
+            plane.start(service, replica)
+    operator = Operator(kafka_bootstrap, topics, cells)
+    try:
+        for cell in cells:
+            operator.cell(cell, nodes=8)
+        before = {cell: [operator.submit(f"{cell}-early-{i}", workers=1, gpus=2, cell=cell).job_id
+                         for i in range(6)] for cell in cells}
+        for cell in cells:
+            read_log(kafka_bootstrap, topics, cell, cells, until=placed_all(before[cell]))
+        owners = _owners(tmp_path, "admitter")
+        assert sorted(owners) == ["cell-a", "cell-b"] and len(set(owners.values())) == 2, owners
+        plane.kill(f"admitter{owners['cell-a']}")  # the other replica must take cell-a over
+        after = {cell: [operator.submit(f"{cell}-late-{i}", workers=1, gpus=2, cell=cell).job_id
+                        for i in range(6)] for cell in cells}
+        logs = {cell: read_log(kafka_bootstrap, topics, cell, cells, until=placed_all(before[cell] + after[cell]),
+                               timeout=90) for cell in cells}
+    finally:
+        plane.stop_all()
+    survivor = owners["cell-b"]
+    assert "cell-a" in _owned_by(tmp_path, f"admitter{survivor}"), "the survivor took cell-a over"
+    for cell in cells:
+        jobs = before[cell] + after[cell]
+        assert [count(logs[cell], m.JobAdmitted, j) for j in jobs] == [1] * len(jobs), cell
+        assert [count(logs[cell], m.JobPlaced, j) for j in jobs] == [1] * len(jobs), cell
+        assert all(e.envelope.cell == cell for _, e in logs[cell])
+        ids = [e.envelope.event_id for e in decisions(logs[cell])]
+        assert len(ids) == len(set(ids)), f"{cell}: one decider at a time"
+
+
+def _owned_by(state_dir: Path, process: str) -> set[str]:
+    """The cells a replica owns now, replaying the 'owns' / 'gave up' lines of its log."""
+    owned: set[str] = set()
+    for line in (state_dir / f"{process}.log").read_text().splitlines():
+        if " owns " in line:
+            owned.add(line.split(" owns ")[1].split()[0])
+        elif " gave up " in line:
+            owned.discard(line.split(" gave up ")[1].split()[0])
+    return owned
+
+
+def _owners(state_dir: Path, service: str) -> dict[str, str]:
+    """cell -> the replica that owns it now."""
+    return {cell: replica for replica in ("1", "2") for cell in _owned_by(state_dir, f"{service}{replica}")}
