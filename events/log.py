@@ -121,6 +121,8 @@ class EventConsumer:
                  assign: Sequence[str] | None = None, codec: EventCodec | None = None) -> None:
         self.topics, self.cells = topics, tuple(cells)
         self.codec = codec or EventCodec()
+        self._pending: dict[tuple[str, int], int] = {}
+        self._last_commit = 0.0
         self._consumer = Consumer({
             "bootstrap.servers": bootstrap_servers,
             "group.id": group_id,
@@ -152,7 +154,13 @@ class EventConsumer:
 
     def poll(self, max_records: int = 500, timeout: float = 1.0) -> list[LogRecord]:
         records = []
-        for message in self._consumer.consume(max_records, timeout):
+        # Take what is already here; wait only when nothing is, and then for the first record alone,
+        # so a quiet log costs latency nobody sees and a busy one is read in batches.
+        messages = self._consumer.consume(max_records, 0)
+        if not messages:
+            first = self._consumer.poll(timeout)
+            messages = [] if first is None else [first, *self._consumer.consume(max_records - 1, 0)]
+        for message in messages:
             if message.error() is not None:
                 if message.error().code() == KafkaError._PARTITION_EOF:
                     continue
@@ -172,6 +180,16 @@ class EventConsumer:
             key = (record.topic, record.partition)
             last[key] = max(last.get(key, -1), record.offset)
         return [TopicPartition(t, p, o + 1) for (t, p), o in sorted(last.items())]
+
+    def commit_later(self, consumed: Sequence[LogRecord], every_s: float = 5.0) -> None:
+        """Commits offsets after `consumed` outside any transaction, at most every `every_s` seconds."""
+        now = time.monotonic()
+        self._pending.update({(t.topic, t.partition): t.offset for t in self.next_offsets(consumed)})
+        if now - self._last_commit >= every_s:
+            self._consumer.commit(offsets=[TopicPartition(t, p, o) for (t, p), o in sorted(self._pending.items())],
+                                  asynchronous=True)
+            self._pending.clear()
+            self._last_commit = now
 
     def group_metadata(self) -> object:
         return self._consumer.consumer_group_metadata()

@@ -158,10 +158,14 @@ class ServiceShell:
             if fresh:
                 output.extend(decisions)
         consumed = records + heartbeats
-        if consumed:
+        if output or letters:
             with runtime.producer.transaction(self.consumer, consumed):
                 for decision in output:
                     runtime.producer.produce(decision)
                 for letter in letters:
                     runtime.producer.produce_dead_letter(letter)
+        elif consumed:
+            # Nothing to write: no transaction needed. The projection below is what a restart resumes
+            # from, so the group's offsets only need to follow now and then (for lag, and hand-over).
+            self.consumer.commit_later(consumed)
         runtime.store.save(state, extra={"assumed": json.dumps(sorted(runtime.assumed)).encode()})

@@ -1,0 +1,143 @@
+"""Benchmark of the control plane on Kafka: submit-to-placed latency and sustained throughput.
+
+One cell of 250 nodes x 8 GPUs = 2,000 GPUs; the four services run as separate processes with
+exactly-once transactions and RocksDB projections; single-GPU gangs so the cell holds 2,000.
+Phase 1 submits at a fixed rate (default 200/s for 10 s) and reports submit-to-placed latency
+p50 / p99 (wall clock from the launcher's produce() to the moment a reader sees JobPlaced).
+Phase 2 (a fresh cell and topics) submits 2,000 gangs as fast as one producer can and reports
+gangs placed per second from the first submission to the last placement.
+
+    python3 tests/benchmarks/bench_control_plane.py [--rate 200] [--seconds 10] [--burst 2000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from confluent_kafka import Producer  # noqa: E402
+from confluent_kafka.admin import AdminClient  # noqa: E402
+
+from events import models as m  # noqa: E402
+from events.broker import LocalKafka, find_free_base_port, quiet_logger  # noqa: E402
+from events.codec import EventCodec  # noqa: E402
+from events.log import EventConsumer  # noqa: E402
+from events.topics import ensure_topics, topic_names  # noqa: E402
+from tests.integration.control_plane import ControlPlane, Operator  # noqa: E402
+
+
+class PlacedWatcher(threading.Thread):
+    """Reads the cell log and stamps the wall-clock time each JobPlaced is seen."""
+
+    def __init__(self, bootstrap: str, topics) -> None:
+        super().__init__(daemon=True)
+        self.consumer = EventConsumer(bootstrap, f"watch-{uuid.uuid4().hex}", topics, ["cell-a"], assign=["cell-a"])
+        self.placed: dict[str, float] = {}
+        self.stop = False
+
+    def run(self) -> None:
+        while not self.stop:
+            for record in self.consumer.poll(1000, 0.05):
+                if isinstance(record.event, m.JobPlaced):
+                    self.placed.setdefault(record.event.job_id, time.perf_counter())
+        self.consumer.close()
+
+
+def setup(bootstrap: str, state: Path, name: str):
+    import os
+    prefix = f"bench-{name}-{uuid.uuid4().hex[:6]}."
+    os.environ["GANGWAY_TOPIC_PREFIX"] = prefix
+    ensure_topics(AdminClient({"bootstrap.servers": bootstrap, "logger": quiet_logger()}), ["cell-a"], 1, prefix=prefix)
+    topics = topic_names(prefix)
+    plane = ControlPlane(bootstrap, state / name)
+    (state / name).mkdir(parents=True)
+    plane.start_all()
+    operator = Operator(bootstrap, topics)
+    operator.cell(nodes=250, racks=25, quota=100_000)
+    watcher = PlacedWatcher(bootstrap, topics)
+    watcher.start()
+    launcher = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "acks": "all",
+                         "linger.ms": 0, "logger": quiet_logger()})
+    return topics, plane, operator, watcher, launcher
+
+
+def submit(launcher: Producer, topics, codec: EventCodec, operator: Operator, job_id: str) -> None:
+    event = m.JobSubmitted(envelope=operator.envelope(producer="launcher"), job_id=job_id, team="nlp", workers=1,
+                           gpus_per_worker=1, gpu_type="H100")
+    launcher.produce(topics.events, key=b"cell-a", value=codec.encode(event), partition=0)
+    launcher.poll(0)
+
+
+def wait_placed(watcher: PlacedWatcher, jobs: list[str], timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and not all(j in watcher.placed for j in jobs):
+        time.sleep(0.05)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rate", type=float, default=200.0)
+    parser.add_argument("--seconds", type=float, default=10.0)
+    parser.add_argument("--burst", type=int, default=2000)
+    parser.add_argument("--bootstrap-servers", default=None)
+    args = parser.parse_args()
+    codec = EventCodec()
+    with tempfile.TemporaryDirectory(prefix="gangway-bench-") as scratch:
+        kafka = None
+        bootstrap = args.bootstrap_servers
+        if bootstrap is None:
+            kafka = LocalKafka(data_dir=Path(scratch) / "kafka", port=find_free_base_port(2))
+            bootstrap = kafka.start()
+        try:
+            topics, plane, operator, watcher, launcher = setup(bootstrap, Path(scratch), "latency")
+            time.sleep(3)  # let the services join their group and own the cell
+            sent: dict[str, float] = {}
+            total = int(args.rate * args.seconds)
+            began = time.perf_counter()
+            for i in range(total):
+                target = began + i / args.rate
+                while time.perf_counter() < target:
+                    time.sleep(0.0005)
+                job = f"lat-{i}"
+                sent[job] = time.perf_counter()
+                submit(launcher, topics, codec, operator, job)
+            launcher.flush(30)
+            wait_placed(watcher, list(sent))
+            latencies = sorted((watcher.placed[j] - sent[j]) * 1000 for j in sent if j in watcher.placed)
+            watcher.stop = True
+            plane.stop_all()
+            p50, p99 = statistics.median(latencies), latencies[int(0.99 * (len(latencies) - 1))]
+            print(f"phase 1: {total:,} gangs at {args.rate:.0f}/s: {len(latencies):,} placed; submit-to-placed "
+                  f"p50 {p50:.1f} ms, p99 {p99:.1f} ms, max {latencies[-1]:.1f} ms")
+
+            topics, plane, operator, watcher, launcher = setup(bootstrap, Path(scratch), "burst")
+            time.sleep(3)
+            jobs = [f"burst-{i}" for i in range(args.burst)]
+            began = time.perf_counter()
+            for job in jobs:
+                submit(launcher, topics, codec, operator, job)
+            launcher.flush(30)
+            submitted = time.perf_counter() - began
+            wait_placed(watcher, jobs)
+            placed = [watcher.placed[j] for j in jobs if j in watcher.placed]
+            watcher.stop = True
+            plane.stop_all()
+            elapsed = max(placed) - began
+            print(f"phase 2: {args.burst:,} gangs submitted in {submitted:.2f} s; {len(placed):,} placed in "
+                  f"{elapsed:.2f} s -> {len(placed) / elapsed:,.0f} gangs placed/s sustained")
+        finally:
+            if kafka is not None:
+                kafka.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
