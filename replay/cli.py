@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from types import ModuleType
 
 from events import broker_cli, schemas_cli, topics_cli
-from services import run_cli
+from services import run_cli, watch
 from services.simulation import scenario_cli
 
 # Each module provides `add_arguments(parser)` and `run(args) -> int`.
@@ -17,6 +17,7 @@ SUBCOMMANDS: tuple[tuple[str, str, ModuleType], ...] = (
     ("topics", "create Gangway's topics and print the topic catalogue", topics_cli),
     ("schemas", "list, check, write and release the Avro event schemas", schemas_cli),
     ("run", "run a service (admitter, placer, preemptor, recovery), the clock, or all of them on Kafka", run_cli),
+    ("watch", "live terminal view of a cell: GPUs and queues per team, latest decisions", watch),
     ("scenario", "run scenario files in virtual time and check their expectations", scenario_cli),
 )
 

@@ -11,7 +11,7 @@ IO_LIBRARIES = {"confluent_kafka", "rocksdict", "fastavro", "time", "random", "u
 # projections/ and services/ is the pure core.
 SHELL_MODULES = {
     "projections/store.py", "projections/api.py", "services/shell.py", "services/runner.py",
-    "services/clock.py", "services/run_cli.py",
+    "services/clock.py", "services/run_cli.py", "services/watch.py",
 }
 
 
