@@ -6,7 +6,6 @@ import argparse
 import logging
 import sys
 import time
-from collections.abc import Sequence
 
 from events.broker import KafkaSetupError, LocalKafka, default_data_dir
 
@@ -63,12 +62,3 @@ def _status(kafka: LocalKafka) -> int:
     print(f"cluster {status.cluster_id or '(never started)'}: {verdict} (data: {status.data_dir})")
     return 0 if status.up else EXIT_DOWN
 
-
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="gangway kafka", description=__doc__)
-    add_arguments(parser)
-    return run(parser.parse_args(argv))
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from collections.abc import Sequence
 
 from events.broker import cluster_node_ids, quiet_logger
 from events.topics import TopicError, cell_partition, cells_from_env, describe_topics, ensure_topics, validate_cells
@@ -50,12 +49,3 @@ def run(args: argparse.Namespace) -> int:
     print("cells: " + ", ".join(f"{cell}=partition {cell_partition(cells, cell)}" for cell in cells))
     return 0
 
-
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="gangway topics", description=__doc__)
-    add_arguments(parser)
-    return run(parser.parse_args(argv))
-
-
-if __name__ == "__main__":
-    sys.exit(main())

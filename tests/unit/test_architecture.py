@@ -53,3 +53,9 @@ def _imported_modules(path: Path) -> set[str]:
         elif isinstance(node, ast.Import):
             modules |= {alias.name for alias in node.names}
     return modules
+
+
+def test_no_unused_imports_or_undefined_names():
+    ruff = Path(sys.executable).with_name("ruff")
+    result = subprocess.run([str(ruff), "check", "--quiet", "."], cwd=ROOT, capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout + result.stderr

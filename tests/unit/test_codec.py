@@ -1,7 +1,6 @@
 """The Avro codec: every event type round-trips, old versions decode, bad bytes fail with a reason."""
 
 import io
-import json
 
 import pytest
 from fastavro import parse_schema, schemaless_writer
