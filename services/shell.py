@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import logging
 import signal
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,6 +35,19 @@ from services.decider import Decider, step
 from services.policy import Policy
 
 log = logging.getLogger("gangway.shell")
+
+
+@dataclass
+class Timings:
+    """Where a replica's time goes, summed over batches; logged when it stops."""
+
+    batches: int = 0
+    records: int = 0
+    seconds: dict[str, float] = field(default_factory=lambda: dict.fromkeys(("decode", "decide", "commit", "store"), 0.0))
+
+    def summary(self) -> str:
+        parts = ", ".join(f"{k} {v * 1000:,.0f} ms" for k, v in self.seconds.items())
+        return f"{self.batches:,} batches, {self.records:,} records: {parts}"
 
 
 @dataclass
@@ -59,6 +73,7 @@ class ServiceShell:
         self.data_dir, self.batch_size = Path(data_dir), batch_size
         self.runtimes: dict[int, CellRuntime] = {}
         self.stopping = False
+        self.timings = Timings()
         self.name_prefix = name_prefix  # isolates group and transactional ids like the topic prefix does
         self.consumer = EventConsumer(bootstrap_servers, f"{name_prefix}gangway-{decider.name}", topics, cells)
         wanted = [topics.events] + ([topics.heartbeats] if decider.name == "recovery" else [])
@@ -113,12 +128,17 @@ class ServiceShell:
             self.consumer.close()
             for runtime in self.runtimes.values():
                 runtime.store.close()
+            log.info("%s timings: %s", self.decider.name, self.timings.summary())
 
     def _stop(self, *_: object) -> None:
         self.stopping = True
 
     def poll_once(self, timeout: float = 0.5) -> int:
         records = self.consumer.poll(self.batch_size, timeout)
+        self.timings.seconds["decode"] = self.consumer.decode_seconds
+        if records:
+            self.timings.batches += 1
+            self.timings.records += len(records)
         by_cell: dict[int, list[LogRecord]] = {}
         heartbeats: dict[int, list[LogRecord]] = {}
         for record in records:
@@ -135,6 +155,7 @@ class ServiceShell:
         for record in heartbeats:
             if isinstance(record.event, NodeHeartbeat):
                 fold_assumed(state, record.event)
+        clock = time.perf_counter()
         output: list[Decision] = []
         letters = []
         for record in records:
@@ -158,6 +179,7 @@ class ServiceShell:
             if fresh:
                 output.extend(decisions)
         consumed = records + heartbeats
+        clock = self._lap("decide", clock)
         if output or letters:
             with runtime.producer.transaction(self.consumer, consumed):
                 for decision in output:
@@ -168,4 +190,11 @@ class ServiceShell:
             # Nothing to write: no transaction needed. The projection below is what a restart resumes
             # from, so the group's offsets only need to follow now and then (for lag, and hand-over).
             self.consumer.commit_later(consumed)
+        clock = self._lap("commit", clock)
         runtime.store.save(state, extra={"assumed": json.dumps(sorted(runtime.assumed)).encode()})
+        self._lap("store", clock)
+
+    def _lap(self, phase: str, since: float) -> float:
+        now = time.perf_counter()
+        self.timings.seconds[phase] += now - since
+        return now
