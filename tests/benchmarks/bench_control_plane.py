@@ -76,6 +76,14 @@ def submit(launcher: Producer, topics, codec: EventCodec, operator: Operator, jo
     launcher.poll(0)
 
 
+def print_timings(state: Path, name: str) -> None:
+    """Each service's own account of where its time went (logged when it stops)."""
+    for log in sorted((state / name).glob("*.log")):
+        for line in log.read_text().splitlines():
+            if " timings: " in line:
+                print("   ", line.split("gangway.shell ")[1])
+
+
 def wait_placed(watcher: PlacedWatcher, jobs: list[str], timeout: float = 120) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline and not all(j in watcher.placed for j in jobs):
@@ -117,6 +125,7 @@ def main() -> int:
             p50, p99 = statistics.median(latencies), latencies[int(0.99 * (len(latencies) - 1))]
             print(f"phase 1: {total:,} gangs at {args.rate:.0f}/s: {len(latencies):,} placed; submit-to-placed "
                   f"p50 {p50:.1f} ms, p99 {p99:.1f} ms, max {latencies[-1]:.1f} ms")
+            print_timings(Path(scratch), "latency")
 
             topics, plane, operator, watcher, launcher = setup(bootstrap, Path(scratch), "burst")
             time.sleep(3)
@@ -133,6 +142,7 @@ def main() -> int:
             elapsed = max(placed) - began
             print(f"phase 2: {args.burst:,} gangs submitted in {submitted:.2f} s; {len(placed):,} placed in "
                   f"{elapsed:.2f} s -> {len(placed) / elapsed:,.0f} gangs placed/s sustained")
+            print_timings(Path(scratch), "burst")
         finally:
             if kafka is not None:
                 kafka.stop()
