@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from types import ModuleType
 
 from events import broker_cli, schemas_cli, topics_cli
+from replay import rebuild
 from services import run_cli, watch
 from services.simulation import scenario_cli
 
@@ -18,6 +19,7 @@ SUBCOMMANDS: tuple[tuple[str, str, ModuleType], ...] = (
     ("schemas", "list, check, write and release the Avro event schemas", schemas_cli),
     ("run", "run a service (admitter, placer, preemptor, recovery), the clock, or all of them on Kafka", run_cli),
     ("watch", "live terminal view of a cell: GPUs and queues per team, latest decisions", watch),
+    ("projection", "rebuild a cell's projection from its log, or compare two projections", rebuild),
     ("scenario", "run scenario files in virtual time and check their expectations", scenario_cli),
 )
 
