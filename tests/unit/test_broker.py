@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from events import broker_cli
+from replay.cli import main as gangway
 from events.broker import (
     BrokerStartFailed,
     ClusterMismatch,
@@ -106,7 +107,7 @@ def test_java_missing_is_a_one_line_error(tmp_path: Path, monkeypatch: pytest.Mo
 def test_cli_prints_java_missing_and_exits_1(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, no_java_home: None,
                                              capsys: pytest.CaptureFixture[str]) -> None:
     monkeypatch.setenv("PATH", str(tmp_path))
-    code = broker_cli.main(["start", "--data-dir", str(tmp_path / "data"), "--port", str(find_free_base_port(2))])
+    code = gangway(["kafka", "start", "--data-dir", str(tmp_path / "data"), "--port", str(find_free_base_port(2))])
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 1
     assert err[-1].startswith("gangway: java not found")
@@ -179,7 +180,7 @@ def test_existing_data_dir_fixes_the_node_count(tmp_path: Path) -> None:
 
 
 def test_status_of_a_never_started_cluster_exits_3(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    assert broker_cli.main(["status", "--data-dir", str(tmp_path)]) == broker_cli.EXIT_DOWN
+    assert gangway(["kafka", "status", "--data-dir", str(tmp_path)]) == broker_cli.EXIT_DOWN
     out = capsys.readouterr().out
     assert "KAFKA_BOOTSTRAP_SERVERS=127.0.0.1:9092" in out and "down" in out
 
