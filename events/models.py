@@ -219,20 +219,20 @@ class GpuErrorReported(Event):
 
 
 class NodeHealthCheckPassed(Event):
-    """A node agent's health checks pass again (after a failure or cordon)."""
+    """A node agent's health checks pass again (after a failure or a fatal-Xid cordon)."""
 
     node: str
 
 
 class NodeCordoned(Event):
-    """No new work goes to the node (by an operator, or decided by recovery)."""
+    """An operator's cordon: no new work goes to the node until NodeUncordoned (health checks leave it)."""
 
     node: str
     detail: str = ""
 
 
 class NodeUncordoned(Event):
-    """The node takes new work again."""
+    """An operator lifts their cordon; recovery's own (failure, fatal Xid) stays until NodeRecovered."""
 
     node: str
     detail: str = ""
@@ -388,7 +388,7 @@ class GpuFaulted(Decision):
 
 
 class NodeRecovered(Decision):
-    """A failed or cordoned node passed its health checks and takes work again."""
+    """A failed or Xid-cordoned node passed its health checks; an operator's cordon still holds."""
 
     node: str
 

@@ -118,7 +118,8 @@ def _node_registered(state: CellState, e: m.NodeRegistered, offset: int) -> None
     old = state.cluster.nodes.get(e.node)
     holder = {i: j for i, j in old.holder.items() if i < e.gpus} if old else {}
     state.cluster.add(Node(e.node, e.gpu_type, e.gpus, domain_ids(e.labels, state.cluster.levels),
-                           labels=dict(e.labels), spare=e.spare, holder=holder, reserved_for=old.reserved_for if old else None))
+                           labels=dict(e.labels), spare=e.spare, holder=holder, reserved_for=old.reserved_for if old else None,
+                           cordoned=old.cordoned if old else False))  # an operator's cordon outlives a re-registration
 
 
 def _node_heartbeat(state: CellState, e: m.NodeHeartbeat, offset: int) -> None:
@@ -135,10 +136,11 @@ def _node_flag(flag: str, value: bool) -> Callable[[CellState, m.Event, int], No
 
 
 def _node_recovered(state: CellState, e: m.NodeRecovered, offset: int) -> None:
+    """Clears recovery's flags only: an operator's cordon stays until NodeUncordoned."""
     node = state.cluster.nodes.get(e.node)
     if node is not None:
         node.failed = False
-        node.cordoned = False
+        node.fault_cordoned = False
         state.cluster.recount(node)
         state.last_heartbeat[e.node] = e.envelope.at
 
@@ -150,7 +152,7 @@ def _gpu_faulted(state: CellState, e: m.GpuFaulted, offset: int) -> None:
     if e.action is m.XidAction.RETIRE_GPU and 0 <= e.gpu < node.gpus:
         node.retired = node.retired | {e.gpu}
     elif e.action is m.XidAction.CORDON_NODE:
-        node.cordoned = True
+        node.fault_cordoned = True
     state.cluster.recount(node)
 
 

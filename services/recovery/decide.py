@@ -45,7 +45,7 @@ class Recovery:
             return worker_exited(state, event, ctx)
         if isinstance(event, m.NodeHealthCheckPassed):
             node = state.cluster.nodes.get(event.node)
-            if node is not None and (node.failed or node.cordoned):
+            if node is not None and (node.failed or node.fault_cordoned):  # an operator's cordon stays
                 return [m.NodeRecovered(envelope=ctx.envelope(Reason.HEALTH_CHECK_PASSED), node=node.name)]
         return []
 
@@ -128,7 +128,7 @@ def activate_spare(state: CellState, failed: Node, ctx: Context) -> list[m.Decis
     if not ctx.policy.recovery.use_hot_spares:
         return []
     spares = [n for n in state.cluster.of_type(failed.gpu_type)
-              if n.spare and not n.activated and not n.failed and not n.cordoned]
+              if n.spare and not n.activated and n.in_service]
     if not spares:
         return []
 
