@@ -100,11 +100,13 @@ class CapacityView:
 
     # --- placing a gang -----------------------------------------------------------------------
 
-    def place(self, job: Job, policy: PlacementPolicy,
-              excluded: Iterable[str] = ()) -> Placement | Unplaceable:
-        """Chooses nodes and GPU indices for every worker of `job`, or says what prevents it."""
+    def place(self, job: Job, policy: PlacementPolicy, excluded: Iterable[str] = (),
+              workers: int | None = None) -> Placement | Unplaceable:
+        """Chooses nodes and GPU indices for `workers` workers of `job` (default: all), or says what prevents it."""
         cluster = self.cluster
-        g, workers = job.gpus_per_worker, job.workers
+        g = job.gpus_per_worker
+        workers = job.workers if workers is None else workers
+        need = workers * g
         gpu_type = job.gpu_type
         hidden = {n: cluster.nodes[n] for n in excluded
                   if n in cluster.nodes and cluster.nodes[n].gpu_type == gpu_type and cluster.nodes[n].schedulable}
@@ -112,26 +114,27 @@ class CapacityView:
         if not any(cell):
             return Unplaceable(Reason.NO_HEALTHY_NODES_OF_TYPE, f"no schedulable {gpu_type} node in the cell")
         free_total = sum(free * count for free, count in enumerate(cell))
-        if free_total < job.gpus:
-            return Unplaceable(Reason.INSUFFICIENT_FREE_GPUS, f"needs {job.gpus} {gpu_type} GPUs, {free_total} free")
+        if free_total < need:
+            return Unplaceable(Reason.INSUFFICIENT_FREE_GPUS, f"needs {need} {gpu_type} GPUs, {free_total} free")
         if _slots(cell, g) < workers:
             return Unplaceable(Reason.FRAGMENTED,
                                f"{free_total} {gpu_type} GPUs free but only {_slots(cell, g)} slots of {g} GPUs "
                                f"for {workers} workers")
         for level in _search_levels(cluster, job, policy):
-            chosen = self._tightest(job, level, hidden)
+            chosen = self._tightest(job, workers, level, hidden)
             if chosen is not None:
                 domain, members = chosen
-                return Placement(self._assign(members, job, policy, hidden), domain)
+                return Placement(self._assign(members, job, workers, policy, hidden), domain)
         return Unplaceable(Reason.TOPOLOGY_DOMAIN_TOO_SMALL,
                            f"no single {job.topology_required} has {workers} free slots of {g} {gpu_type} GPUs")
 
-    def _tightest(self, job: Job, level: int, hidden: dict[str, Node]) -> tuple[str | None, list[str]] | None:
-        cluster, g, workers, gpu_type = self.cluster, job.gpus_per_worker, job.workers, job.gpu_type
+    def _tightest(self, job: Job, workers: int, level: int,
+                  hidden: dict[str, Node]) -> tuple[str | None, list[str]] | None:
+        cluster, g, gpu_type = self.cluster, job.gpus_per_worker, job.gpu_type
         if level == CELL:
             return None, cluster.members.get((gpu_type, CELL, ""), [])
         if level >= len(cluster.levels):
-            return self._best_node(job, hidden)
+            return self._best_node(job, workers * g, hidden)
         best: tuple[int, str] | None = None
         for domain in cluster.domains.get((gpu_type, level), ()):
             slots = _slots(self._histogram((gpu_type, level, domain), hidden), g)
@@ -141,9 +144,8 @@ class CapacityView:
             return None
         return best[1], cluster.members[(gpu_type, level, best[1])]
 
-    def _best_node(self, job: Job, hidden: dict[str, Node]) -> tuple[str, list[str]] | None:
-        """The node with the fewest free GPUs that still holds the whole gang."""
-        need = job.workers * job.gpus_per_worker
+    def _best_node(self, job: Job, need: int, hidden: dict[str, Node]) -> tuple[str, list[str]] | None:
+        """The node with the fewest free GPUs that still holds `need` GPUs of the gang."""
         best: tuple[int, str] | None = None
         buckets = self.cluster.by_free.get(job.gpu_type, {})
         for free in sorted(f for f in buckets if f >= need):
@@ -160,7 +162,7 @@ class CapacityView:
                 best = (free, name)
         return (best[1], [best[1]]) if best else None
 
-    def _assign(self, members: list[str], job: Job, policy: PlacementPolicy,
+    def _assign(self, members: list[str], job: Job, workers: int, policy: PlacementPolicy,
                 hidden: dict[str, Node]) -> Assignments:
         g = job.gpus_per_worker
         nodes = [self.cluster.nodes[n] for n in members if n not in hidden]
@@ -172,10 +174,24 @@ class CapacityView:
         for node in usable:
             indices = self.free_indices(node)
             for k in range(len(indices) // g):
-                if len(assignments) == job.workers:
+                if len(assignments) == workers:
                     return tuple(assignments)
                 assignments.append((len(assignments), node.name, tuple(indices[k * g:(k + 1) * g])))
         return tuple(assignments)
+
+
+def place_gang(view: CapacityView, job: Job, most: int, policy: PlacementPolicy,
+               excluded: Iterable[str] = ()) -> Placement | Unplaceable:
+    """Places `most` workers of `job`, else (with min_workers) the largest smaller count down to its minimum."""
+    outcome = view.place(job, policy, excluded, most)
+    if job.min_workers is None or isinstance(outcome, Placement):
+        return outcome
+    excluded = list(excluded)
+    for count in range(most - 1, job.min_count - 1, -1):
+        outcome = view.place(job, policy, excluded, count)
+        if isinstance(outcome, Placement):
+            break
+    return outcome
 
 
 def _search_levels(cluster: Cluster, job: Job, policy: PlacementPolicy) -> list[int]:

@@ -11,7 +11,8 @@ from services.decider import Context
 
 
 def check_bindings(state: CellState) -> None:
-    """No GPU is bound to two jobs, and a job holding GPUs holds its whole gang: workers x gpus_per_worker."""
+    """No GPU is bound to two jobs, and a job holding GPUs holds its whole admitted gang: admitted_workers
+    (all workers, or with min_workers at least that many) x gpus_per_worker."""
     bound: dict[tuple[str, int], str] = {}
     for job_id in sorted(state.jobs):
         job = state.jobs[job_id]
@@ -19,7 +20,8 @@ def check_bindings(state: CellState) -> None:
             assert job.state not in (JobState.PLACED, JobState.RUNNING, JobState.PREEMPTING), f"{job_id} {job.state} holds nothing"
             continue
         assert job.holds_capacity, f"{job_id} is {job.state.value} but holds GPUs"
-        assert sorted(w for w, _, _ in job.assignments) == list(range(job.workers)), f"{job_id} is not a whole gang"
+        assert job.min_count <= job.admitted_workers <= job.workers, f"{job_id} admitted {job.admitted_workers} workers"
+        assert sorted(w for w, _, _ in job.assignments) == list(range(job.admitted_workers)), f"{job_id} is not a whole gang"
         for _, node, gpus in job.assignments:
             assert len(set(gpus)) == len(gpus) == job.gpus_per_worker, f"{job_id} worker on {node} has {gpus}"
             for g in gpus:
@@ -52,11 +54,13 @@ def check_placement(state: CellState, placed: m.JobPlaced, offset: int) -> None:
 
 
 def check_quota_usage(state: CellState) -> None:
-    """Each team's usage is the sum of the gangs it holds; the state indexes match the job states."""
+    """Each team's usage is the sum of the admitted gangs it holds; the state indexes match the job states."""
     expected: dict[tuple[str, str], int] = {}
     for job in state.jobs.values():
         if job.state in HOLDING:
-            expected[(job.team, job.gpu_type)] = expected.get((job.team, job.gpu_type), 0) + job.gpus
+            expected[(job.team, job.gpu_type)] = expected.get((job.team, job.gpu_type), 0) + job.held_gpus
+        else:
+            assert job.admitted_workers == 0, f"{job.job_id} is {job.state.value} but keeps admitted workers"
     actual = {k: v for k, v in state.tenancy.usage.items() if v != 0}
     assert actual == expected, f"usage {actual} != holding jobs {expected}"
     assert state.holding == {j for j, job in state.jobs.items() if job.state in HOLDING}
@@ -81,7 +85,7 @@ def check_preemption(state: CellState, request: m.PreemptionRequested) -> None:
     victim, beneficiary = state.jobs[request.job_id], state.jobs[request.for_job_id]
     tenancy = state.tenancy
     victim_borrows = tenancy.used(victim.team, victim.gpu_type) > tenancy.quota(victim.team, victim.gpu_type).nominal
-    within = (tenancy.used(beneficiary.team, beneficiary.gpu_type) + beneficiary.gpus
+    within = (tenancy.used(beneficiary.team, beneficiary.gpu_type) + beneficiary.min_gpus
               <= tenancy.quota(beneficiary.team, beneficiary.gpu_type).nominal)
     assert victim.preemptible and victim.gpu_type == beneficiary.gpu_type
     assert victim.priority < beneficiary.priority or (victim_borrows and within), (
