@@ -5,14 +5,19 @@ preemptor (would it be placeable after these evictions?). A `CapacityView` overl
 releases on the cluster's capacity index without touching the folded state, so a decider can try
 several gangs in a row. Domains are compared through the index's free-GPU histograms; only the
 chosen domain's nodes are looked at one by one.
+
+Which nodes a gang may use is decided here too, once for all three (`excluded_nodes`): not the
+nodes reserved for another gang, except by Slurm's EASY backfill rule: a job with a time limit
+may use a reservation's nodes when it will end before that reservation's shadow time.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from events.models import Reason
+from projections.cell import CellState
 from projections.cluster import CELL, Cluster, Node
 from projections.jobs import Job
 from services.placer.policy import PlacementPolicy
@@ -203,3 +208,60 @@ def _search_levels(cluster: Cluster, job: Job, policy: PlacementPolicy) -> list[
     if not policy.topology_aware:
         return [CELL]
     return [*inner_to_outer, CELL]
+
+
+# --- reserved nodes and EASY backfill ----------------------------------------------------------
+
+
+def expected_end(job: Job) -> int | None:
+    """When a job holding GPUs should end: its start (or admission) plus its time limit; None without a limit."""
+    start = job.running_since if job.running_since is not None else job.admitted_at
+    if job.time_limit_ms is None or start is None:
+        return None
+    return start + job.time_limit_ms
+
+
+def shadow_time(state: CellState, nodes: Sequence[str], now: int, gone: frozenset[str] = frozenset()) -> int | None:
+    """When reserved `nodes` are expected to be free: the latest expected end of the jobs holding GPUs
+    there (other than `gone`), `now` when none does, None when one of them has no time limit."""
+    cluster = state.cluster
+    holders = sorted({j for name in nodes if name in cluster.nodes for j in cluster.nodes[name].holder.values()})
+    shadow = now
+    for job_id in holders:
+        if job_id in gone:
+            continue
+        end = expected_end(state.jobs[job_id])
+        if end is None:
+            return None
+        shadow = max(shadow, end)
+    return shadow
+
+
+def shadow_times(state: CellState, now: int, gone: frozenset[str] = frozenset()) -> dict[str, int | None]:
+    """The shadow time of every reservation, by the gang holding it."""
+    return {holder: shadow_time(state, nodes, now, gone) for holder, nodes in state.reservations.items()}
+
+
+def ends_before(job: Job, now: int, shadow: int | None) -> bool:
+    """Whether `job`, started now, ends by its time limit before a reservation's (known) shadow time."""
+    return job.time_limit_ms is not None and shadow is not None and now + job.time_limit_ms <= shadow
+
+
+def may_backfill(job: Job, now: int, shadows: Mapping[str, int | None]) -> bool:
+    """Whether `job` may use some other gang's reserved nodes now."""
+    return job.time_limit_ms is not None and any(
+        holder != job.job_id and ends_before(job, now, shadow) for holder, shadow in shadows.items())
+
+
+def excluded_nodes(reservations: Mapping[str, Sequence[str]], job: Job, now: int,
+                   shadows: Mapping[str, int | None]) -> list[str]:
+    """Nodes reserved for other gangs that `job` may not use: all of them but those of reservations
+    it ends before (EASY backfill). A reservation missing from `shadows` has an unknown shadow."""
+    return [name for holder, nodes in reservations.items()
+            if holder != job.job_id and not ends_before(job, now, shadows.get(holder)) for name in nodes]
+
+
+def off_limits(state: CellState, job: Job, now: int, gone: frozenset[str] = frozenset()) -> list[str]:
+    """The reserved nodes `job` may not use in the folded state (were the jobs in `gone` evicted)."""
+    shadows = shadow_times(state, now, gone) if job.time_limit_ms is not None else {}
+    return excluded_nodes(state.reservations, job, now, shadows)

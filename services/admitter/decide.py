@@ -6,7 +6,8 @@ and a placement exists right now, so admitted work never holds quota it cannot u
 min_workers (Volcano minAvailable) takes as many workers as fit, from all of them down to its
 minimum, all or nothing for that count; its quota is reserved for the placed workers only. A gang that
 is blocked for capacity long enough holds a reservation: its nodes drain for it while smaller
-work backfills elsewhere.
+work backfills elsewhere, or on the reserved nodes themselves when its time limit ends it before
+the reservation's shadow time (Slurm's EASY backfill; see services/placement.py).
 """
 
 from __future__ import annotations
@@ -21,7 +22,8 @@ from projections.cluster import CELL
 from projections.jobs import Job, JobState
 from projections.tenancy import Admissibility, Tenancy
 from services.decider import Context
-from services.placement import CapacityView, Placement, Unplaceable, place_gang
+from services.placement import (CapacityView, Placement, Unplaceable, excluded_nodes, may_backfill, place_gang,
+                                shadow_times)
 
 #: Events after which queued work may fit: capacity or quota came free, or time passed.
 CYCLE_TRIGGERS = (
@@ -104,6 +106,8 @@ def _problem(state: CellState, e: m.JobSubmitted, offset: int) -> tuple[Reason, 
         return Reason.NO_GPUS_REQUESTED, f"asks for {e.workers} workers x {e.gpus_per_worker} GPUs"
     if e.min_workers is not None and not 1 <= e.min_workers <= e.workers:
         return Reason.INVALID_REQUEST, f"min_workers {e.min_workers} is not within 1..{e.workers}"
+    if e.time_limit_ms is not None and e.time_limit_ms <= 0:
+        return Reason.INVALID_REQUEST, f"time_limit_ms {e.time_limit_ms} is not positive"
     if e.team not in state.tenancy.teams:
         return Reason.UNKNOWN_TEAM, f"team {e.team!r} is not defined"
     if e.priority_class is not None and e.priority_class not in state.tenancy.priority_classes:
@@ -170,7 +174,9 @@ def admission_cycle(state: CellState, ctx: Context, only: Job | None = None, ref
     quiet = not refresh and only is None and policy.backfill
     order = queue_order(state, waiting, policy.fair_share, lazy=quiet)
     reserved_by = {node: job for job, nodes in state.reservations.items() for node in nodes}
-    reservations = set(state.reservations)
+    reservations = dict(state.reservations)  # holder -> nodes, with the reservations made this cycle
+    # Shadow times once per cycle; a reservation made this cycle has none (unknown) until it is folded.
+    shadows = shadow_times(state, now) if reservations else {}
     view = CapacityView(state.cluster)
     usage = dict(state.tenancy.usage)
     admitted_per_team: dict[str, int] = {}
@@ -187,10 +193,13 @@ def admission_cycle(state: CellState, ctx: Context, only: Job | None = None, ref
         if quiet and not any(free_left.values()):
             break  # nothing left to admit into
         fewest = job.min_count
+        # A reservation holder, or a job that backfills onto reserved nodes, sees more nodes than other
+        # gangs, so their lack of room says nothing about it.
+        shortcut = (job.topology_required is None and job.job_id not in reservations
+                    and not (shadows and may_backfill(job, now, shadows)))
         if quiet and (
                 fewest * job.gpus_per_worker >= quota_blocked.get((job.team, job.gpu_type), job.gpus + 1)
-                or (key in no_room and fewest >= no_room[key] and job.topology_required is None
-                    and job.job_id not in reservations)):
+                or (shortcut and key in no_room and fewest >= no_room[key])):
             continue
         if head_blocked:
             say_why(decisions, job, Reason.WAITING_FOR_QUEUE_HEAD, "strict FIFO: the head of the queue waits", ctx)
@@ -209,13 +218,11 @@ def admission_cycle(state: CellState, ctx: Context, only: Job | None = None, ref
                     f"team {job.team} uses {usage.get((job.team, job.gpu_type), 0)} of nominal {quota.nominal} "
                     f"{job.gpu_type}; {smallest} more {_QUOTA_WHY[fit.limit]}", ctx)
             continue
-        # A reservation holder also sees its reserved nodes, so another gang's lack of room says nothing about it.
-        shortcut = job.topology_required is None and job.job_id not in reservations
         if shortcut and key in no_room and fewest >= no_room[key]:
             outcome: Placement | Unplaceable = Unplaceable(
                 Reason.INSUFFICIENT_FREE_GPUS, f"no room for {fewest * job.gpus_per_worker} {job.gpu_type} GPUs now")
         else:
-            excluded = [n for n, holder in reserved_by.items() if holder != job.job_id]
+            excluded = excluded_nodes(reservations, job, now, shadows)
             outcome = place_gang(view, job, most, ctx.policy.placement, excluded)
         if isinstance(outcome, Placement):
             gpus = len(outcome.assignments) * job.gpus_per_worker
@@ -238,7 +245,7 @@ def admission_cycle(state: CellState, ctx: Context, only: Job | None = None, ref
         if policy.backfill and waited >= policy.reservation_after_ms and len(reservations) < policy.max_reservations:
             nodes = reservation_for(state, job, reserved_by)
             if nodes:
-                reservations.add(job.job_id)
+                reservations[job.job_id] = tuple(nodes)
                 for name in nodes:
                     reserved_by[name] = job.job_id
                 decisions.append(m.JobQueued(envelope=ctx.envelope(Reason.HOLDS_RESERVATION, job.job_id),

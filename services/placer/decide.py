@@ -13,7 +13,7 @@ from events.models import Reason
 from projections.cell import CellState
 from projections.jobs import Job, JobState
 from services.decider import Context
-from services.placement import CapacityView, Placement
+from services.placement import CapacityView, Placement, off_limits
 
 #: Events after which an admitted job may need (re)placing.
 TRIGGERS = (m.JobAdmitted, m.JobPlaced)
@@ -35,7 +35,7 @@ def bind(state: CellState, job: Job, ctx: Context) -> m.Decision:
     nodes = state.cluster.nodes
     if job.assignments and all(nodes[n].schedulable for _, n, _ in job.assignments):
         return _placed(job, job.assignments, job.domain, Reason.PLACED, ctx)
-    excluded = [n for holder, nodes in state.reservations.items() if holder != job.job_id for n in nodes]
+    excluded = off_limits(state, job, ctx.now)
     outcome = CapacityView(state.cluster).place(job, ctx.policy.placement, excluded, job.admitted_workers)
     if isinstance(outcome, Placement):
         return _placed(job, outcome.assignments, outcome.domain, Reason.PLACED, ctx)

@@ -21,7 +21,7 @@ from projections.cell import CellState
 from projections.jobs import Job, JobState
 from services.admitter.decide import queue_order, quota_fit
 from services.decider import Context
-from services.placement import CapacityView, Placement, place_gang
+from services.placement import CapacityView, Placement, off_limits, place_gang
 
 #: How many of the most entitled waiting gangs a Tick reconsiders.
 CANDIDATES_PER_TICK = 8
@@ -181,5 +181,5 @@ def _admissible_after(state: CellState, job: Job, victims: list[Job], ctx: Conte
     most, fit = quota_fit(state.tenancy, job, ctx.policy.admission.borrowing, usage)
     if not fit.fits:
         return False
-    excluded = [n for holder, nodes in state.reservations.items() if holder != job.job_id for n in nodes]
+    excluded = off_limits(state, job, ctx.now, frozenset(v.job_id for v in victims))
     return isinstance(place_gang(view, job, most, ctx.policy.placement, excluded), Placement)

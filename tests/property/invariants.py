@@ -6,8 +6,16 @@ import copy
 
 from events import models as m
 from projections.cell import CellState
+from projections.evolve import SUPERSEDED
 from projections.jobs import HOLDING, JobState
 from services.decider import Context
+from services.placement import ends_before, shadow_time
+
+
+def _took_effect(job, offset: int) -> bool:
+    """Whether the decision folded at `offset` is the job's latest and was not superseded."""
+    last = job.history[-1]
+    return last[0] == offset and last[3] not in (SUPERSEDED, m.Reason.PLACEMENT_SUPERSEDED.value)
 
 
 def check_bindings(state: CellState) -> None:
@@ -45,7 +53,7 @@ def check_nodes(state: CellState) -> None:
 def check_placement(state: CellState, placed: m.JobPlaced, offset: int) -> None:
     """A placement that took effect binds schedulable nodes of the job's type and healthy GPUs."""
     job = state.jobs[placed.job_id]
-    if job.state is not JobState.PLACED or job.history[-1][0] != offset:
+    if job.state is not JobState.PLACED or not _took_effect(job, offset):
         return  # superseded
     for _, name, gpus in job.assignments:
         node = state.cluster.nodes[name]
@@ -70,7 +78,7 @@ def check_quota_usage(state: CellState) -> None:
 def check_admission(state: CellState, admitted: m.JobAdmitted, offset: int) -> None:
     """An admission that took effect keeps the borrowing limit and the cohort pool."""
     job = state.jobs[admitted.job_id]
-    if job.state is not JobState.ADMITTED or job.history[-1][0] != offset:
+    if job.state is not JobState.ADMITTED or not _took_effect(job, offset):
         return  # superseded
     tenancy, key = state.tenancy, (job.team, job.gpu_type)
     quota = tenancy.quota(*key)
@@ -78,6 +86,20 @@ def check_admission(state: CellState, admitted: m.JobAdmitted, offset: int) -> N
     assert quota.borrowing_limit is None or borrowed <= quota.borrowing_limit, f"{job.job_id} borrows {borrowed}"
     assert tenancy.pool_used(*key) <= tenancy.pool_size(*key), (
         f"{job.job_id}: pool of {job.team} uses {tenancy.pool_used(*key)} of {tenancy.pool_size(*key)}")
+
+
+def check_backfill(state: CellState, admitted: m.JobAdmitted, offset: int) -> None:
+    """A job admitted onto another gang's reserved node ends, by its time limit, before that reservation's shadow time."""
+    job = state.jobs[admitted.job_id]
+    if job.state is not JobState.ADMITTED or not _took_effect(job, offset):
+        return  # superseded
+    for name in job.nodes():
+        holder = state.cluster.nodes[name].reserved_for
+        if holder is not None and holder != job.job_id:
+            shadow = shadow_time(state, state.reservations[holder], admitted.at, frozenset({job.job_id}))
+            assert ends_before(job, admitted.at, shadow), (
+                f"{job.job_id} (time limit {job.time_limit_ms}) admitted onto {name}, reserved for {holder} "
+                f"until {shadow}")
 
 
 def check_preemption(state: CellState, request: m.PreemptionRequested) -> None:
@@ -112,6 +134,7 @@ class Invariants:
         check_nodes(state)
         if isinstance(event, m.JobAdmitted):
             check_admission(state, event, offset)
+            check_backfill(state, event, offset)
         if isinstance(event, m.JobPlaced):
             check_placement(state, event, offset)
         for decision in new:
