@@ -167,7 +167,8 @@ class PriorityClassDefined(Event):
 
 
 class JobSubmitted(Event):
-    """A gang of `workers` x `gpus_per_worker` GPUs of one type, admitted and placed all or nothing."""
+    """A gang of `workers` x `gpus_per_worker` GPUs of one type, admitted and placed all or nothing
+    (with `min_workers`: as many workers as fit, at least that many)."""
 
     job_id: str
     team: str
@@ -175,7 +176,7 @@ class JobSubmitted(Event):
     gpus_per_worker: int
     gpu_type: str
     priority_class: str | None = None
-    min_workers: int | None = Field(default=None, description="gang minimum (Volcano minAvailable); null = all workers")
+    min_workers: int | None = Field(default=None, description="gang minimum (Volcano minAvailable): admitted with as many workers as fit, at least this many; null = all workers")
     topology_required: str | None = Field(default=None, description="all workers inside one domain of this level")
     topology_preferred: str | None = Field(default=None, description="prefer one domain of this level, best effort")
     time_limit_ms: int | None = Field(default=None, description="wall-clock limit, used by backfill to plan around reservations")
@@ -219,20 +220,20 @@ class GpuErrorReported(Event):
 
 
 class NodeHealthCheckPassed(Event):
-    """A node agent's health checks pass again (after a failure or cordon)."""
+    """A node agent's health checks pass again (after a failure or a fatal-Xid cordon)."""
 
     node: str
 
 
 class NodeCordoned(Event):
-    """No new work goes to the node (by an operator, or decided by recovery)."""
+    """An operator's cordon: no new work goes to the node until NodeUncordoned (health checks leave it)."""
 
     node: str
     detail: str = ""
 
 
 class NodeUncordoned(Event):
-    """The node takes new work again."""
+    """An operator lifts their cordon; recovery's own (failure, fatal Xid) stays until NodeRecovered."""
 
     node: str
     detail: str = ""
@@ -317,8 +318,9 @@ class WorkerAssignment(Record):
 
 
 class JobAdmitted(Decision):
-    """Quota is reserved for the whole gang (`borrowed` GPUs from the cohort) and its GPUs are
-    held by the planned topology assignment, which the placer binds or re-plans."""
+    """Quota is reserved for the `gpus` of the admitted workers (the whole gang, or with min_workers as
+    many as fit; `borrowed` GPUs from the cohort) and held by the planned topology assignment,
+    which the placer binds or re-plans."""
 
     job_id: str
     team: str
@@ -333,7 +335,7 @@ class JobAdmitted(Decision):
 
 
 class JobPlaced(Decision):
-    """Every worker of the gang is bound to a node and GPU indices."""
+    """Every admitted worker of the gang is bound to a node and GPU indices."""
 
     job_id: str
     attempt: int
@@ -388,7 +390,7 @@ class GpuFaulted(Decision):
 
 
 class NodeRecovered(Decision):
-    """A failed or cordoned node passed its health checks and takes work again."""
+    """A failed or Xid-cordoned node passed its health checks; an operator's cordon still holds."""
 
     node: str
 

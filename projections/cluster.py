@@ -19,15 +19,21 @@ class Node:
     labels: dict[str, str] = field(default_factory=dict)  # topology level -> domain name, as registered
     spare: bool = False
     activated: bool = False  # a spare that has replaced a failed node
-    cordoned: bool = False
-    failed: bool = False
+    cordoned: bool = False  # by an operator (NodeCordoned) until NodeUncordoned; health checks leave it alone
+    fault_cordoned: bool = False  # by recovery (GpuFaulted CORDON_NODE) until NodeRecovered
+    failed: bool = False  # by recovery or an operator (NodeFailed) until NodeRecovered
     retired: frozenset[int] = frozenset()
     holder: dict[int, str] = field(default_factory=dict)  # GPU index -> job id holding it
     reserved_for: str | None = None  # a queued gang that holds this node as its reservation
 
     @property
+    def in_service(self) -> bool:
+        """Neither failed nor cordoned, by recovery or by an operator."""
+        return not self.failed and not self.fault_cordoned and not self.cordoned
+
+    @property
     def schedulable(self) -> bool:
-        return not self.failed and not self.cordoned and (not self.spare or self.activated)
+        return self.in_service and (not self.spare or self.activated)
 
     @property
     def healthy_gpus(self) -> int:

@@ -3,7 +3,9 @@
 Decisions are validated as they are folded: a placement on GPUs that an earlier event took or
 failed, a preemption of a job that is no longer running, an admission that no longer fits: each
 is recorded in the job's history as superseded and otherwise ignored, so every replica resolves a
-conflict the same way because it folds the same order. For speed `evolve` updates the state it is
+conflict the same way because it folds the same order. An admission reserves quota for the workers
+it placed (`JobAdmitted.gpus`: with min_workers, possibly fewer than the gang asked for), and a
+release gives back exactly that (`Job.held_gpus`). For speed `evolve` updates the state it is
 given and returns it; callers that need the old state keep a copy.
 """
 
@@ -77,7 +79,9 @@ def _release(state: CellState, job: Job) -> None:
     _unhold(state, job)
     if job.holds_capacity:
         key = (job.team, job.gpu_type)
-        state.tenancy.usage[key] = state.tenancy.usage.get(key, 0) - job.gpus
+        state.tenancy.usage[key] = state.tenancy.usage.get(key, 0) - job.held_gpus
+    job.admitted_workers = 0
+    job.admitted_at = None
     job.borrowed = 0
     job.started_workers = frozenset()
     job.succeeded_workers = frozenset()
@@ -146,7 +150,8 @@ def _node_registered(state: CellState, e: m.NodeRegistered, offset: int) -> None
     old = state.cluster.nodes.get(e.node)
     holder = {i: j for i, j in old.holder.items() if i < e.gpus} if old else {}
     state.cluster.add(Node(e.node, e.gpu_type, e.gpus, domain_ids(e.labels, state.cluster.levels),
-                           labels=dict(e.labels), spare=e.spare, holder=holder, reserved_for=old.reserved_for if old else None))
+                           labels=dict(e.labels), spare=e.spare, holder=holder, reserved_for=old.reserved_for if old else None,
+                           cordoned=old.cordoned if old else False))  # an operator's cordon outlives a re-registration
 
 
 def _node_heartbeat(state: CellState, e: m.NodeHeartbeat, offset: int) -> None:
@@ -163,10 +168,11 @@ def _node_flag(flag: str, value: bool) -> Callable[[CellState, m.Event, int], No
 
 
 def _node_recovered(state: CellState, e: m.NodeRecovered, offset: int) -> None:
+    """Clears recovery's flags only: an operator's cordon stays until NodeUncordoned."""
     node = state.cluster.nodes.get(e.node)
     if node is not None:
         node.failed = False
-        node.cordoned = False
+        node.fault_cordoned = False
         state.cluster.recount(node)
         state.last_heartbeat[e.node] = e.envelope.at
 
@@ -178,7 +184,7 @@ def _gpu_faulted(state: CellState, e: m.GpuFaulted, offset: int) -> None:
     if e.action is m.XidAction.RETIRE_GPU and 0 <= e.gpu < node.gpus:
         node.retired = node.retired | {e.gpu}
     elif e.action is m.XidAction.CORDON_NODE:
-        node.cordoned = True
+        node.fault_cordoned = True
     state.cluster.recount(node)
 
 
@@ -223,15 +229,18 @@ def _job_admitted(state: CellState, e: m.JobAdmitted, offset: int) -> None:
         if job is not None:
             _note(job, e, offset, SUPERSEDED)
         return
-    fit = state.tenancy.admissible(job.team, job.gpu_type, job.gpus)
-    if not fit.fits or fit.borrowed > e.borrowed:
+    count = _admitted_count(job, e.gpus)
+    fit = state.tenancy.admissible(job.team, job.gpu_type, e.gpus) if count else None
+    if fit is None or not fit.fits or fit.borrowed > e.borrowed:
         _note(job, e, offset, SUPERSEDED)  # an admission folded since took the quota this one was decided on
         return
     _decided_about(state, e, offset)
     _note(job, e, offset)
     _drop_reservation(state, job)
     key = (job.team, job.gpu_type)
-    state.tenancy.usage[key] = state.tenancy.usage.get(key, 0) + job.gpus
+    state.tenancy.usage[key] = state.tenancy.usage.get(key, 0) + e.gpus
+    job.admitted_workers = count
+    job.admitted_at = e.envelope.at
     job.borrowed = e.borrowed
     state.set_state(job, JobState.ADMITTED)
     if _assignable(state, job, e.assignments):
@@ -239,9 +248,15 @@ def _job_admitted(state: CellState, e: m.JobAdmitted, offset: int) -> None:
     # else the plan went stale in flight: the placer sees no assignment and plans again
 
 
+def _admitted_count(job: Job, gpus: int) -> int | None:
+    """Workers an admission of `gpus` GPUs stands for, when that is a gang size the job accepts."""
+    count, rest = divmod(gpus, job.gpus_per_worker)
+    return count if not rest and job.min_count <= count <= job.workers else None
+
+
 def _assignable(state: CellState, job: Job, assignments: list[m.WorkerAssignment]) -> bool:
     nodes = state.cluster.nodes
-    if len(assignments) != job.workers:
+    if len(assignments) != job.admitted_workers:
         return False
     for a in assignments:
         node = nodes.get(a.node)

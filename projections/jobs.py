@@ -61,6 +61,8 @@ class Job:
     restarts: int = 0
     not_before: int = 0  # requeue back-off: not admitted before this time
     borrowed: int = 0
+    admitted_workers: int = 0  # workers this attempt holds quota and GPUs for (JobAdmitted.gpus / gpus_per_worker)
+    admitted_at: int | None = None  # when this attempt was admitted
     assignments: tuple[tuple[int, str, tuple[int, ...]], ...] = ()  # (worker, node, gpu indices)
     domain: str | None = None
     started_workers: frozenset[int] = frozenset()
@@ -76,7 +78,23 @@ class Job:
 
     @property
     def gpus(self) -> int:
+        """GPUs the whole gang asks for."""
         return self.workers * self.gpus_per_worker
+
+    @property
+    def min_count(self) -> int:
+        """The fewest workers the gang may run with: min_workers (Volcano minAvailable), else all of them."""
+        return self.workers if self.min_workers is None else max(1, min(self.min_workers, self.workers))
+
+    @property
+    def min_gpus(self) -> int:
+        """GPUs of the smallest admissible gang."""
+        return self.min_count * self.gpus_per_worker
+
+    @property
+    def held_gpus(self) -> int:
+        """GPUs of quota this attempt holds: its admitted workers, possibly fewer than asked (min_workers)."""
+        return self.admitted_workers * self.gpus_per_worker
 
     @property
     def holds_capacity(self) -> bool:

@@ -5,14 +5,19 @@ preemptor (would it be placeable after these evictions?). A `CapacityView` overl
 releases on the cluster's capacity index without touching the folded state, so a decider can try
 several gangs in a row. Domains are compared through the index's free-GPU histograms; only the
 chosen domain's nodes are looked at one by one.
+
+Which nodes a gang may use is decided here too, once for all three (`excluded_nodes`): not the
+nodes reserved for another gang, except by Slurm's EASY backfill rule: a job with a time limit
+may use a reservation's nodes when it will end before that reservation's shadow time.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from events.models import Reason
+from projections.cell import CellState
 from projections.cluster import CELL, Cluster, Node
 from projections.jobs import Job
 from services.placer.policy import PlacementPolicy
@@ -100,11 +105,13 @@ class CapacityView:
 
     # --- placing a gang -----------------------------------------------------------------------
 
-    def place(self, job: Job, policy: PlacementPolicy,
-              excluded: Iterable[str] = ()) -> Placement | Unplaceable:
-        """Chooses nodes and GPU indices for every worker of `job`, or says what prevents it."""
+    def place(self, job: Job, policy: PlacementPolicy, excluded: Iterable[str] = (),
+              workers: int | None = None) -> Placement | Unplaceable:
+        """Chooses nodes and GPU indices for `workers` workers of `job` (default: all), or says what prevents it."""
         cluster = self.cluster
-        g, workers = job.gpus_per_worker, job.workers
+        g = job.gpus_per_worker
+        workers = job.workers if workers is None else workers
+        need = workers * g
         gpu_type = job.gpu_type
         hidden = {n: cluster.nodes[n] for n in excluded
                   if n in cluster.nodes and cluster.nodes[n].gpu_type == gpu_type and cluster.nodes[n].schedulable}
@@ -112,26 +119,27 @@ class CapacityView:
         if not any(cell):
             return Unplaceable(Reason.NO_HEALTHY_NODES_OF_TYPE, f"no schedulable {gpu_type} node in the cell")
         free_total = sum(free * count for free, count in enumerate(cell))
-        if free_total < job.gpus:
-            return Unplaceable(Reason.INSUFFICIENT_FREE_GPUS, f"needs {job.gpus} {gpu_type} GPUs, {free_total} free")
+        if free_total < need:
+            return Unplaceable(Reason.INSUFFICIENT_FREE_GPUS, f"needs {need} {gpu_type} GPUs, {free_total} free")
         if _slots(cell, g) < workers:
             return Unplaceable(Reason.FRAGMENTED,
                                f"{free_total} {gpu_type} GPUs free but only {_slots(cell, g)} slots of {g} GPUs "
                                f"for {workers} workers")
         for level in _search_levels(cluster, job, policy):
-            chosen = self._tightest(job, level, hidden)
+            chosen = self._tightest(job, workers, level, hidden)
             if chosen is not None:
                 domain, members = chosen
-                return Placement(self._assign(members, job, policy, hidden), domain)
+                return Placement(self._assign(members, job, workers, policy, hidden), domain)
         return Unplaceable(Reason.TOPOLOGY_DOMAIN_TOO_SMALL,
                            f"no single {job.topology_required} has {workers} free slots of {g} {gpu_type} GPUs")
 
-    def _tightest(self, job: Job, level: int, hidden: dict[str, Node]) -> tuple[str | None, list[str]] | None:
-        cluster, g, workers, gpu_type = self.cluster, job.gpus_per_worker, job.workers, job.gpu_type
+    def _tightest(self, job: Job, workers: int, level: int,
+                  hidden: dict[str, Node]) -> tuple[str | None, list[str]] | None:
+        cluster, g, gpu_type = self.cluster, job.gpus_per_worker, job.gpu_type
         if level == CELL:
             return None, cluster.members.get((gpu_type, CELL, ""), [])
         if level >= len(cluster.levels):
-            return self._best_node(job, hidden)
+            return self._best_node(job, workers * g, hidden)
         best: tuple[int, str] | None = None
         for domain in cluster.domains.get((gpu_type, level), ()):
             slots = _slots(self._histogram((gpu_type, level, domain), hidden), g)
@@ -141,9 +149,8 @@ class CapacityView:
             return None
         return best[1], cluster.members[(gpu_type, level, best[1])]
 
-    def _best_node(self, job: Job, hidden: dict[str, Node]) -> tuple[str, list[str]] | None:
-        """The node with the fewest free GPUs that still holds the whole gang."""
-        need = job.workers * job.gpus_per_worker
+    def _best_node(self, job: Job, need: int, hidden: dict[str, Node]) -> tuple[str, list[str]] | None:
+        """The node with the fewest free GPUs that still holds `need` GPUs of the gang."""
         best: tuple[int, str] | None = None
         buckets = self.cluster.by_free.get(job.gpu_type, {})
         for free in sorted(f for f in buckets if f >= need):
@@ -160,7 +167,7 @@ class CapacityView:
                 best = (free, name)
         return (best[1], [best[1]]) if best else None
 
-    def _assign(self, members: list[str], job: Job, policy: PlacementPolicy,
+    def _assign(self, members: list[str], job: Job, workers: int, policy: PlacementPolicy,
                 hidden: dict[str, Node]) -> Assignments:
         g = job.gpus_per_worker
         nodes = [self.cluster.nodes[n] for n in members if n not in hidden]
@@ -172,10 +179,24 @@ class CapacityView:
         for node in usable:
             indices = self.free_indices(node)
             for k in range(len(indices) // g):
-                if len(assignments) == job.workers:
+                if len(assignments) == workers:
                     return tuple(assignments)
                 assignments.append((len(assignments), node.name, tuple(indices[k * g:(k + 1) * g])))
         return tuple(assignments)
+
+
+def place_gang(view: CapacityView, job: Job, most: int, policy: PlacementPolicy,
+               excluded: Iterable[str] = ()) -> Placement | Unplaceable:
+    """Places `most` workers of `job`, else (with min_workers) the largest smaller count down to its minimum."""
+    outcome = view.place(job, policy, excluded, most)
+    if job.min_workers is None or isinstance(outcome, Placement):
+        return outcome
+    excluded = list(excluded)
+    for count in range(most - 1, job.min_count - 1, -1):
+        outcome = view.place(job, policy, excluded, count)
+        if isinstance(outcome, Placement):
+            break
+    return outcome
 
 
 def _search_levels(cluster: Cluster, job: Job, policy: PlacementPolicy) -> list[int]:
@@ -187,3 +208,60 @@ def _search_levels(cluster: Cluster, job: Job, policy: PlacementPolicy) -> list[
     if not policy.topology_aware:
         return [CELL]
     return [*inner_to_outer, CELL]
+
+
+# --- reserved nodes and EASY backfill ----------------------------------------------------------
+
+
+def expected_end(job: Job) -> int | None:
+    """When a job holding GPUs should end: its start (or admission) plus its time limit; None without a limit."""
+    start = job.running_since if job.running_since is not None else job.admitted_at
+    if job.time_limit_ms is None or start is None:
+        return None
+    return start + job.time_limit_ms
+
+
+def shadow_time(state: CellState, nodes: Sequence[str], now: int, gone: frozenset[str] = frozenset()) -> int | None:
+    """When reserved `nodes` are expected to be free: the latest expected end of the jobs holding GPUs
+    there (other than `gone`), `now` when none does, None when one of them has no time limit."""
+    cluster = state.cluster
+    holders = sorted({j for name in nodes if name in cluster.nodes for j in cluster.nodes[name].holder.values()})
+    shadow = now
+    for job_id in holders:
+        if job_id in gone:
+            continue
+        end = expected_end(state.jobs[job_id])
+        if end is None:
+            return None
+        shadow = max(shadow, end)
+    return shadow
+
+
+def shadow_times(state: CellState, now: int, gone: frozenset[str] = frozenset()) -> dict[str, int | None]:
+    """The shadow time of every reservation, by the gang holding it."""
+    return {holder: shadow_time(state, nodes, now, gone) for holder, nodes in state.reservations.items()}
+
+
+def ends_before(job: Job, now: int, shadow: int | None) -> bool:
+    """Whether `job`, started now, ends by its time limit before a reservation's (known) shadow time."""
+    return job.time_limit_ms is not None and shadow is not None and now + job.time_limit_ms <= shadow
+
+
+def may_backfill(job: Job, now: int, shadows: Mapping[str, int | None]) -> bool:
+    """Whether `job` may use some other gang's reserved nodes now."""
+    return job.time_limit_ms is not None and any(
+        holder != job.job_id and ends_before(job, now, shadow) for holder, shadow in shadows.items())
+
+
+def excluded_nodes(reservations: Mapping[str, Sequence[str]], job: Job, now: int,
+                   shadows: Mapping[str, int | None]) -> list[str]:
+    """Nodes reserved for other gangs that `job` may not use: all of them but those of reservations
+    it ends before (EASY backfill). A reservation missing from `shadows` has an unknown shadow."""
+    return [name for holder, nodes in reservations.items()
+            if holder != job.job_id and not ends_before(job, now, shadows.get(holder)) for name in nodes]
+
+
+def off_limits(state: CellState, job: Job, now: int, gone: frozenset[str] = frozenset()) -> list[str]:
+    """The reserved nodes `job` may not use in the folded state (were the jobs in `gone` evicted)."""
+    shadows = shadow_times(state, now, gone) if job.time_limit_ms is not None else {}
+    return excluded_nodes(state.reservations, job, now, shadows)

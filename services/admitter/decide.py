@@ -2,9 +2,12 @@
 
 Each admission cycle walks the queue in order (within-nominal work before borrowing, then
 priority, weighted dominant share and submit order) and admits a gang only when its quota fits
-and a placement exists right now, so admitted work never holds quota it cannot use. A gang that
+and a placement exists right now, so admitted work never holds quota it cannot use. A gang with
+min_workers (Volcano minAvailable) takes as many workers as fit, from all of them down to its
+minimum, all or nothing for that count; its quota is reserved for the placed workers only. A gang that
 is blocked for capacity long enough holds a reservation: its nodes drain for it while smaller
-work backfills elsewhere.
+work backfills elsewhere, or on the reserved nodes themselves when its time limit ends it before
+the reservation's shadow time (Slurm's EASY backfill; see services/placement.py).
 """
 
 from __future__ import annotations
@@ -17,8 +20,10 @@ from events.models import Reason
 from projections.cell import CellState
 from projections.cluster import CELL
 from projections.jobs import Job, JobState
+from projections.tenancy import Admissibility, Tenancy
 from services.decider import Context
-from services.placement import CapacityView, Placement, Unplaceable
+from services.placement import (CapacityView, Placement, Unplaceable, excluded_nodes, may_backfill, place_gang,
+                                shadow_times)
 
 #: Events after which queued work may fit: capacity or quota came free, or time passed.
 CYCLE_TRIGGERS = (
@@ -101,6 +106,8 @@ def _problem(state: CellState, e: m.JobSubmitted, offset: int) -> tuple[Reason, 
         return Reason.NO_GPUS_REQUESTED, f"asks for {e.workers} workers x {e.gpus_per_worker} GPUs"
     if e.min_workers is not None and not 1 <= e.min_workers <= e.workers:
         return Reason.INVALID_REQUEST, f"min_workers {e.min_workers} is not within 1..{e.workers}"
+    if e.time_limit_ms is not None and e.time_limit_ms <= 0:
+        return Reason.INVALID_REQUEST, f"time_limit_ms {e.time_limit_ms} is not positive"
     if e.team not in state.tenancy.teams:
         return Reason.UNKNOWN_TEAM, f"team {e.team!r} is not defined"
     if e.priority_class is not None and e.priority_class not in state.tenancy.priority_classes:
@@ -116,8 +123,9 @@ def _problem(state: CellState, e: m.JobSubmitted, offset: int) -> tuple[Reason, 
     if e.gpus_per_worker > max(sizes):
         return Reason.LARGER_THAN_NODE, f"{e.gpus_per_worker} GPUs per worker, largest node has {max(sizes)}"
     total = sum(count * (gpus // e.gpus_per_worker) for gpus, count in sizes.items())
-    if e.workers > total:
-        return Reason.LARGER_THAN_CELL, f"{e.workers} workers x {e.gpus_per_worker} GPUs exceed the cell's {total} slots"
+    fewest = e.workers if e.min_workers is None else e.min_workers  # a gang with min_workers may run smaller
+    if fewest > total:
+        return Reason.LARGER_THAN_CELL, f"{fewest} workers x {e.gpus_per_worker} GPUs exceed the cell's {total} slots"
     if e.topology_required is not None:
         level = cluster.level_index(e.topology_required)
         slots: dict[str, int] = {}
@@ -125,9 +133,9 @@ def _problem(state: CellState, e: m.JobSubmitted, offset: int) -> tuple[Reason, 
             if not n.spare:
                 domain = cluster.domain_of(n, level)
                 slots[domain] = slots.get(domain, 0) + n.gpus // e.gpus_per_worker
-        if e.workers > max(slots.values()):
+        if fewest > max(slots.values()):
             return (Reason.LARGER_THAN_TOPOLOGY_DOMAIN,
-                    f"{e.workers} workers do not fit in any {e.topology_required} (largest holds {max(slots.values())})")
+                    f"{fewest} workers do not fit in any {e.topology_required} (largest holds {max(slots.values())})")
     return None
 
 
@@ -140,7 +148,7 @@ def queue_order(state: CellState, jobs: list[Job], fair_share: bool, lazy: bool 
     teams = sorted({(j.team, j.gpu_type) for j in jobs})
     shares = {t: tenancy.dominant_share_milli(t) for t in sorted({t for t, _ in teams})} if fair_share else {}
     room = {key: tenancy.quota(*key).nominal - tenancy.used(*key) for key in teams}
-    keyed = [((j.workers * j.gpus_per_worker > room[(j.team, j.gpu_type)], -j.priority, shares.get(j.team, 0),
+    keyed = [((j.min_gpus > room[(j.team, j.gpu_type)], -j.priority, shares.get(j.team, 0),
                j.submitted_at, j.submit_offset, j.job_id), j) for j in jobs]
     if not lazy:
         keyed.sort(key=lambda kj: kj[0])
@@ -160,13 +168,15 @@ def admission_cycle(state: CellState, ctx: Context, only: Job | None = None, ref
         waiting = [state.jobs[j] for j in state.queued if state.jobs[j].not_before <= now]
         if not refresh and policy.backfill:
             free = {t: _free_gpus(state, t) for t in state.cluster.gpu_types()}
-            waiting = [j for j in waiting if j.gpus <= free.get(j.gpu_type, 0)]
+            waiting = [j for j in waiting if j.min_gpus <= free.get(j.gpu_type, 0)]
     if not waiting:
         return []
     quiet = not refresh and only is None and policy.backfill
     order = queue_order(state, waiting, policy.fair_share, lazy=quiet)
     reserved_by = {node: job for job, nodes in state.reservations.items() for node in nodes}
-    reservations = set(state.reservations)
+    reservations = dict(state.reservations)  # holder -> nodes, with the reservations made this cycle
+    # Shadow times once per cycle; a reservation made this cycle has none (unknown) until it is folded.
+    shadows = shadow_times(state, now) if reservations else {}
     view = CapacityView(state.cluster)
     usage = dict(state.tenancy.usage)
     admitted_per_team: dict[str, int] = {}
@@ -182,10 +192,14 @@ def admission_cycle(state: CellState, ctx: Context, only: Job | None = None, ref
         key = (job.gpu_type, job.gpus_per_worker)
         if quiet and not any(free_left.values()):
             break  # nothing left to admit into
+        fewest = job.min_count
+        # A reservation holder, or a job that backfills onto reserved nodes, sees more nodes than other
+        # gangs, so their lack of room says nothing about it.
+        shortcut = (job.topology_required is None and job.job_id not in reservations
+                    and not (shadows and may_backfill(job, now, shadows)))
         if quiet and (
-                job.gpus >= quota_blocked.get((job.team, job.gpu_type), job.gpus + 1)
-                or (key in no_room and job.workers >= no_room[key] and job.topology_required is None
-                    and job.job_id not in reservations)):
+                fewest * job.gpus_per_worker >= quota_blocked.get((job.team, job.gpu_type), job.gpus + 1)
+                or (shortcut and key in no_room and fewest >= no_room[key])):
             continue
         if head_blocked:
             say_why(decisions, job, Reason.WAITING_FOR_QUEUE_HEAD, "strict FIFO: the head of the queue waits", ctx)
@@ -195,32 +209,34 @@ def admission_cycle(state: CellState, ctx: Context, only: Job | None = None, ref
             say_why(decisions, job, Reason.ADMISSION_LIMIT_PER_CYCLE,
                             f"team {job.team} already admitted {limit} gang(s) this cycle", ctx)
             continue
-        fit = state.tenancy.admissible(job.team, job.gpu_type, job.gpus, policy.borrowing, usage)
+        most, fit = quota_fit(state.tenancy, job, policy.borrowing, usage)
         if not fit.fits:
-            quota_blocked[(job.team, job.gpu_type)] = min(quota_blocked.get((job.team, job.gpu_type), job.gpus), job.gpus)
+            smallest = fewest * job.gpus_per_worker
+            quota_blocked[(job.team, job.gpu_type)] = min(quota_blocked.get((job.team, job.gpu_type), smallest), smallest)
             quota = state.tenancy.quota(job.team, job.gpu_type)
             say_why(decisions, job, _QUOTA_REASONS[fit.limit],
                     f"team {job.team} uses {usage.get((job.team, job.gpu_type), 0)} of nominal {quota.nominal} "
-                    f"{job.gpu_type}; {job.gpus} more {_QUOTA_WHY[fit.limit]}", ctx)
+                    f"{job.gpu_type}; {smallest} more {_QUOTA_WHY[fit.limit]}", ctx)
             continue
-        # A reservation holder also sees its reserved nodes, so another gang's lack of room says nothing about it.
-        shortcut = job.topology_required is None and job.job_id not in reservations
-        if shortcut and key in no_room and job.workers >= no_room[key]:
-            outcome: Placement | Unplaceable = Unplaceable(Reason.INSUFFICIENT_FREE_GPUS,
-                                                            f"no room for {job.gpus} {job.gpu_type} GPUs now")
+        if shortcut and key in no_room and fewest >= no_room[key]:
+            outcome: Placement | Unplaceable = Unplaceable(
+                Reason.INSUFFICIENT_FREE_GPUS, f"no room for {fewest * job.gpus_per_worker} {job.gpu_type} GPUs now")
         else:
-            excluded = [n for n, holder in reserved_by.items() if holder != job.job_id]
-            outcome = view.place(job, ctx.policy.placement, excluded)
+            excluded = excluded_nodes(reservations, job, now, shadows)
+            outcome = place_gang(view, job, most, ctx.policy.placement, excluded)
         if isinstance(outcome, Placement):
-            decisions.append(_admit(state, job, fit.borrowed, outcome, ctx))
+            gpus = len(outcome.assignments) * job.gpus_per_worker
+            if gpus < most * job.gpus_per_worker:  # fewer workers placed than the quota allowed: borrow less
+                fit = state.tenancy.admissible(job.team, job.gpu_type, gpus, policy.borrowing, usage)
+            decisions.append(_admit(state, job, gpus, fit.borrowed, outcome, ctx))
             view.hold(outcome)
-            usage[(job.team, job.gpu_type)] = usage.get((job.team, job.gpu_type), 0) + job.gpus
+            usage[(job.team, job.gpu_type)] = usage.get((job.team, job.gpu_type), 0) + gpus
             if quiet:
-                free_left[job.gpu_type] -= job.gpus
+                free_left[job.gpu_type] -= gpus
             admitted_per_team[job.team] = admitted_per_team.get(job.team, 0) + 1
             continue
         if shortcut and outcome.reason is Reason.INSUFFICIENT_FREE_GPUS:
-            no_room[key] = min(no_room.get(key, job.workers), job.workers)
+            no_room[key] = min(no_room.get(key, fewest), fewest)
         if not policy.backfill:
             head_blocked = True
         if job.job_id in reservations:
@@ -229,7 +245,7 @@ def admission_cycle(state: CellState, ctx: Context, only: Job | None = None, ref
         if policy.backfill and waited >= policy.reservation_after_ms and len(reservations) < policy.max_reservations:
             nodes = reservation_for(state, job, reserved_by)
             if nodes:
-                reservations.add(job.job_id)
+                reservations[job.job_id] = tuple(nodes)
                 for name in nodes:
                     reserved_by[name] = job.job_id
                 decisions.append(m.JobQueued(envelope=ctx.envelope(Reason.HOLDS_RESERVATION, job.job_id),
@@ -245,13 +261,25 @@ def _free_gpus(state: CellState, gpu_type: str) -> int:
     return sum(free * count for free, count in enumerate(histogram))
 
 
-def _admit(state: CellState, job: Job, borrowed: int, placement: Placement, ctx: Context) -> m.JobAdmitted:
+def quota_fit(tenancy: Tenancy, job: Job, borrowing: bool,
+              usage: dict[tuple[str, str], int]) -> tuple[int, Admissibility]:
+    """The most workers, from the whole gang down to its min_workers, whose GPUs fit the team's quota."""
+    count = job.workers
+    fit = tenancy.admissible(job.team, job.gpu_type, job.gpus, borrowing, usage)
+    while not fit.fits and job.min_workers is not None and count > job.min_count:
+        count -= 1
+        fit = tenancy.admissible(job.team, job.gpu_type, count * job.gpus_per_worker, borrowing, usage)
+    return count, fit
+
+
+def _admit(state: CellState, job: Job, gpus: int, borrowed: int, placement: Placement,
+           ctx: Context) -> m.JobAdmitted:
     reason = Reason.BORROWED_FROM_COHORT if borrowed else Reason.WITHIN_NOMINAL_QUOTA
     if not borrowed and any(holder != job.job_id for holder in state.reservations):
         reason = Reason.BACKFILLED  # admitted past a gang that holds a reservation
     return m.JobAdmitted(
         envelope=ctx.envelope(reason, job.job_id), job_id=job.job_id, team=job.team, gpu_type=job.gpu_type,
-        gpus=job.gpus, borrowed=borrowed, domain=placement.domain,
+        gpus=gpus, borrowed=borrowed, domain=placement.domain,
         assignments=[m.WorkerAssignment(worker=w, node=n, gpus=list(g)) for w, n, g in placement.assignments],
     )
 
@@ -274,6 +302,7 @@ def reservation_for(state: CellState, job: Job, reserved_by: dict[str, str]) -> 
     g = job.gpus_per_worker
     nodes = [n for n in cluster.of_type(job.gpu_type) if n.schedulable and n.name not in reserved_by]
     level = cluster.level_index(job.topology_required) if job.topology_required else None
+    workers = job.min_count  # drain for the smallest gang the job accepts
     groups: dict[str | None, list] = {}
     for node in nodes:
         groups.setdefault(cluster.domain_of(node, level) if level is not None else None, []).append(node)
@@ -282,12 +311,12 @@ def reservation_for(state: CellState, job: Job, reserved_by: dict[str, str]) -> 
         members = sorted(members, key=lambda n: (-n.free, n.name))
         chosen, slots = [], 0
         for node in members:
-            if slots >= job.workers:
+            if slots >= workers:
                 break
             if node.healthy_gpus // g:
                 chosen.append(node)
                 slots += node.healthy_gpus // g
-        if slots < job.workers:
+        if slots < workers:
             continue
         busy = sum(n.healthy_gpus - n.free for n in chosen)
         if best is None or busy < best[0]:

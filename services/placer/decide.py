@@ -2,7 +2,8 @@
 
 The admitter's planned assignment is bound as it stands when it is still valid; when the plan
 went stale in flight (a node failed, a placement was superseded) the placer plans again, and
-when no placement exists it returns the gang to the queue with the binding constraint.
+when no placement exists it returns the gang to the queue with the binding constraint. It places
+exactly the workers the admission reserved quota for (fewer than asked for a gang with min_workers).
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from events.models import Reason
 from projections.cell import CellState
 from projections.jobs import Job, JobState
 from services.decider import Context
-from services.placement import CapacityView, Placement
+from services.placement import CapacityView, Placement, off_limits
 
 #: Events after which an admitted job may need (re)placing.
 TRIGGERS = (m.JobAdmitted, m.JobPlaced)
@@ -34,8 +35,8 @@ def bind(state: CellState, job: Job, ctx: Context) -> m.Decision:
     nodes = state.cluster.nodes
     if job.assignments and all(nodes[n].schedulable for _, n, _ in job.assignments):
         return _placed(job, job.assignments, job.domain, Reason.PLACED, ctx)
-    excluded = [n for holder, nodes in state.reservations.items() if holder != job.job_id for n in nodes]
-    outcome = CapacityView(state.cluster).place(job, ctx.policy.placement, excluded)
+    excluded = off_limits(state, job, ctx.now)
+    outcome = CapacityView(state.cluster).place(job, ctx.policy.placement, excluded, job.admitted_workers)
     if isinstance(outcome, Placement):
         return _placed(job, outcome.assignments, outcome.domain, Reason.PLACED, ctx)
     return m.PlacementPending(envelope=ctx.envelope(outcome.reason, job.job_id), job_id=job.job_id,

@@ -6,7 +6,9 @@ simulating admission after their eviction; among candidates it prefers the least
 since the last checkpoint, then the fewest victims (a single victim that suffices beats a set
 that loses as much work). Victims of other teams come only from teams
 that borrow, and a team stops giving victims once it no longer borrows; a job that just (re)started is protected for a minimum runtime. A victim is first asked to
-checkpoint; it is preempted when the checkpoint completes or the deadline passes.
+checkpoint; it is preempted when the checkpoint completes or the deadline passes. A gang with
+min_workers is entitled to room for its minimum: it preempts only until that many workers fit,
+exactly as the admitter would admit it.
 """
 
 from __future__ import annotations
@@ -17,9 +19,9 @@ from events import models as m
 from events.models import Reason
 from projections.cell import CellState
 from projections.jobs import Job, JobState
-from services.admitter.decide import queue_order
+from services.admitter.decide import queue_order, quota_fit
 from services.decider import Context
-from services.placement import CapacityView, Placement
+from services.placement import CapacityView, Placement, off_limits, place_gang
 
 #: How many of the most entitled waiting gangs a Tick reconsiders.
 CANDIDATES_PER_TICK = 8
@@ -79,7 +81,7 @@ def preempt_for(state: CellState, job: Job, ctx: Context) -> list[m.Decision]:
         if victim.team != job.team and usage.get(key, 0) <= state.tenancy.quota(*key).nominal:
             continue  # that team no longer borrows: never preempt a team within its nominal
         chosen.append(victim)
-        usage[key] = usage.get(key, 0) - victim.gpus
+        usage[key] = usage.get(key, 0) - victim.held_gpus
         if _admissible_after(state, job, chosen, ctx):
             break
     else:
@@ -111,7 +113,7 @@ def _may_have_victims(state: CellState, job: Job, ctx: Context) -> bool:
         return True
     if not policy.reclaim_lent_quota:
         return False
-    if tenancy.used(job.team, job.gpu_type) + job.gpus > tenancy.quota(job.team, job.gpu_type).nominal:
+    if tenancy.used(job.team, job.gpu_type) + job.min_gpus > tenancy.quota(job.team, job.gpu_type).nominal:
         return False
     return any(tenancy.borrowed(t, job.gpu_type) > 0 for t in tenancy.pool_members(job.team) if t != job.team)
 
@@ -121,14 +123,14 @@ def _single_victims(state: CellState, job: Job, candidates: list[tuple[tuple, Jo
     greedy pass picked, and then fewer victims is better."""
     free = sum(n.free for n in state.cluster.of_type(job.gpu_type) if n.schedulable)
     return [[victim] for _, victim in candidates
-            if victim.gpus + free >= job.gpus and _admissible_after(state, job, [victim], ctx)]
+            if victim.held_gpus + free >= job.min_gpus and _admissible_after(state, job, [victim], ctx)]
 
 
 def _lost_work_gpu_ms(victim: Job, now: int) -> int:
     since = victim.running_since or now
     if victim.checkpoint is not None:
         since = max(since, victim.checkpoint.at)
-    return victim.gpus * max(0, now - since)
+    return victim.held_gpus * max(0, now - since)
 
 
 def _candidates(state: CellState, job: Job, ctx: Context) -> list[tuple[tuple, Job]]:
@@ -137,7 +139,7 @@ def _candidates(state: CellState, job: Job, ctx: Context) -> list[tuple[tuple, J
     tenancy = state.tenancy
     now = ctx.now
     pool = set(tenancy.pool_members(job.team))
-    within_nominal = tenancy.used(job.team, job.gpu_type) + job.gpus <= tenancy.quota(job.team, job.gpu_type).nominal
+    within_nominal = tenancy.used(job.team, job.gpu_type) + job.min_gpus <= tenancy.quota(job.team, job.gpu_type).nominal
     usage = tenancy.usage
     teams = {t for t in pool if t != job.team and tenancy.borrowed(t, job.gpu_type) > 0}
     if policy.priority:
@@ -163,7 +165,7 @@ def _candidates(state: CellState, job: Job, ctx: Context) -> list[tuple[tuple, J
         rank = 0 if category is Reason.RECLAIM_LENT_QUOTA else 1
         lost = _lost_work_gpu_ms(victim, now) if policy.checkpoint_aware else 0
         started = -(victim.running_since or 0)  # without checkpoint awareness: newest first, as Kueue does
-        out.append(((category, rank, lost, started if not policy.checkpoint_aware else 0, -victim.gpus,
+        out.append(((category, rank, lost, started if not policy.checkpoint_aware else 0, -victim.held_gpus,
                      victim.job_id), victim))
     out.sort(key=lambda c: c[0][1:])
     return out
@@ -174,9 +176,10 @@ def _admissible_after(state: CellState, job: Job, victims: list[Job], ctx: Conte
     view = CapacityView(state.cluster)
     for victim in victims:
         key = (victim.team, victim.gpu_type)
-        usage[key] = usage.get(key, 0) - victim.gpus
+        usage[key] = usage.get(key, 0) - victim.held_gpus
         view.release(victim)
-    if not state.tenancy.admissible(job.team, job.gpu_type, job.gpus, ctx.policy.admission.borrowing, usage).fits:
+    most, fit = quota_fit(state.tenancy, job, ctx.policy.admission.borrowing, usage)
+    if not fit.fits:
         return False
-    excluded = [n for holder, nodes in state.reservations.items() if holder != job.job_id for n in nodes]
-    return isinstance(view.place(job, ctx.policy.placement, excluded), Placement)
+    excluded = off_limits(state, job, ctx.now, frozenset(v.job_id for v in victims))
+    return isinstance(place_gang(view, job, most, ctx.policy.placement, excluded), Placement)

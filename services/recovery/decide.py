@@ -3,8 +3,9 @@
 Heartbeat silence past the threshold becomes `NodeFailed` with its evidence; an Xid error
 becomes `GpuFaulted` (retire the GPU, cordon the node, or the job's own fault). Jobs on failed
 hardware are interrupted and requeued from their last checkpoint with exponential back-off, or
-failed once their restart budget is spent. A free hot spare in the failed node's domain joins the
-pool, and a node that passes its health checks returns. Worker exits end jobs.
+failed once their restart budget is spent. A free hot spare in the failed node's domain (at least its
+outermost topology level, e.g. its block) joins the pool; a spare elsewhere never does. A node that
+passes its health checks returns, unless an operator cordoned it. Worker exits end jobs.
 """
 
 from __future__ import annotations
@@ -45,7 +46,7 @@ class Recovery:
             return worker_exited(state, event, ctx)
         if isinstance(event, m.NodeHealthCheckPassed):
             node = state.cluster.nodes.get(event.node)
-            if node is not None and (node.failed or node.cordoned):
+            if node is not None and (node.failed or node.fault_cordoned):  # an operator's cordon stays
                 return [m.NodeRecovered(envelope=ctx.envelope(Reason.HEALTH_CHECK_PASSED), node=node.name)]
         return []
 
@@ -124,25 +125,27 @@ def interrupt(state: CellState, jobs: list[Job], node: str | None, reason: Reaso
 
 
 def activate_spare(state: CellState, failed: Node, ctx: Context) -> list[m.Decision]:
-    """The free spare of the same GPU type that shares the deepest topology domain with `failed`."""
+    """The free spare of the same GPU type and outermost domain that shares the deepest domain with `failed`."""
     if not ctx.policy.recovery.use_hot_spares:
         return []
+    needed = 1 if state.cluster.levels else 0  # same block (outermost level) when the cell declares levels
     spares = [n for n in state.cluster.of_type(failed.gpu_type)
-              if n.spare and not n.activated and not n.failed and not n.cordoned]
+              if n.spare and not n.activated and n.in_service and shared_depth(failed, n) >= needed]
     if not spares:
         return []
-
-    def shared_depth(spare: Node) -> int:
-        depth = 0
-        for mine, theirs in zip(failed.domains, spare.domains):
-            if mine != theirs:
-                break
-            depth += 1
-        return depth
-
-    best = min(spares, key=lambda s: (-shared_depth(s), s.name))
+    best = min(spares, key=lambda s: (-shared_depth(failed, s), s.name))
     return [m.SpareActivated(envelope=ctx.envelope(Reason.SPARE_REPLACES_FAILED_NODE), node=best.name,
                              replaces=failed.name)]
+
+
+def shared_depth(a: Node, b: Node) -> int:
+    """How many topology levels, outermost first, two nodes share."""
+    depth = 0
+    for mine, theirs in zip(a.domains, b.domains):
+        if mine != theirs:
+            break
+        depth += 1
+    return depth
 
 
 def _jobs_on(state: CellState, node: Node) -> list[Job]:

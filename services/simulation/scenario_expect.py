@@ -94,6 +94,8 @@ def _on_nodes(expect: Expect, cell: VirtualCell) -> tuple[bool, str]:
 def _node_status(node) -> str:
     if node.failed:
         return "failed"
+    if node.fault_cordoned:
+        return "fault_cordoned"
     if node.cordoned:
         return "cordoned"
     if node.spare:

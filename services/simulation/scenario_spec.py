@@ -189,7 +189,7 @@ class Input(Spec):
 
 CHECKS = ("state", "reason", "same_domain", "gpus_in_use", "preempted", "rejected", "on_nodes", "node_state",
           "retired_gpus", "logged")
-NodeStatus = Literal["healthy", "cordoned", "failed", "spare", "active_spare"]
+NodeStatus = Literal["healthy", "cordoned", "fault_cordoned", "failed", "spare", "active_spare"]
 
 
 class Expect(Spec):

@@ -6,12 +6,21 @@ import copy
 
 from events import models as m
 from projections.cell import CellState
+from projections.evolve import SUPERSEDED
 from projections.jobs import HOLDING, JobState
 from services.decider import Context
+from services.placement import ends_before, shadow_time
+
+
+def _took_effect(job, offset: int) -> bool:
+    """Whether the decision folded at `offset` is the job's latest and was not superseded."""
+    last = job.history[-1]
+    return last[0] == offset and last[3] not in (SUPERSEDED, m.Reason.PLACEMENT_SUPERSEDED.value)
 
 
 def check_bindings(state: CellState) -> None:
-    """No GPU is bound to two jobs, and a job holding GPUs holds its whole gang: workers x gpus_per_worker."""
+    """No GPU is bound to two jobs, and a job holding GPUs holds its whole admitted gang: admitted_workers
+    (all workers, or with min_workers at least that many) x gpus_per_worker."""
     bound: dict[tuple[str, int], str] = {}
     for job_id in sorted(state.jobs):
         job = state.jobs[job_id]
@@ -19,7 +28,8 @@ def check_bindings(state: CellState) -> None:
             assert job.state not in (JobState.PLACED, JobState.RUNNING, JobState.PREEMPTING), f"{job_id} {job.state} holds nothing"
             continue
         assert job.holds_capacity, f"{job_id} is {job.state.value} but holds GPUs"
-        assert sorted(w for w, _, _ in job.assignments) == list(range(job.workers)), f"{job_id} is not a whole gang"
+        assert job.min_count <= job.admitted_workers <= job.workers, f"{job_id} admitted {job.admitted_workers} workers"
+        assert sorted(w for w, _, _ in job.assignments) == list(range(job.admitted_workers)), f"{job_id} is not a whole gang"
         for _, node, gpus in job.assignments:
             assert len(set(gpus)) == len(gpus) == job.gpus_per_worker, f"{job_id} worker on {node} has {gpus}"
             for g in gpus:
@@ -43,7 +53,7 @@ def check_nodes(state: CellState) -> None:
 def check_placement(state: CellState, placed: m.JobPlaced, offset: int) -> None:
     """A placement that took effect binds schedulable nodes of the job's type and healthy GPUs."""
     job = state.jobs[placed.job_id]
-    if job.state is not JobState.PLACED or job.history[-1][0] != offset:
+    if job.state is not JobState.PLACED or not _took_effect(job, offset):
         return  # superseded
     for _, name, gpus in job.assignments:
         node = state.cluster.nodes[name]
@@ -52,11 +62,13 @@ def check_placement(state: CellState, placed: m.JobPlaced, offset: int) -> None:
 
 
 def check_quota_usage(state: CellState) -> None:
-    """Each team's usage is the sum of the gangs it holds; the state indexes match the job states."""
+    """Each team's usage is the sum of the admitted gangs it holds; the state indexes match the job states."""
     expected: dict[tuple[str, str], int] = {}
     for job in state.jobs.values():
         if job.state in HOLDING:
-            expected[(job.team, job.gpu_type)] = expected.get((job.team, job.gpu_type), 0) + job.gpus
+            expected[(job.team, job.gpu_type)] = expected.get((job.team, job.gpu_type), 0) + job.held_gpus
+        else:
+            assert job.admitted_workers == 0, f"{job.job_id} is {job.state.value} but keeps admitted workers"
     actual = {k: v for k, v in state.tenancy.usage.items() if v != 0}
     assert actual == expected, f"usage {actual} != holding jobs {expected}"
     assert state.holding == {j for j, job in state.jobs.items() if job.state in HOLDING}
@@ -66,7 +78,7 @@ def check_quota_usage(state: CellState) -> None:
 def check_admission(state: CellState, admitted: m.JobAdmitted, offset: int) -> None:
     """An admission that took effect keeps the borrowing limit and the cohort pool."""
     job = state.jobs[admitted.job_id]
-    if job.state is not JobState.ADMITTED or job.history[-1][0] != offset:
+    if job.state is not JobState.ADMITTED or not _took_effect(job, offset):
         return  # superseded
     tenancy, key = state.tenancy, (job.team, job.gpu_type)
     quota = tenancy.quota(*key)
@@ -76,12 +88,26 @@ def check_admission(state: CellState, admitted: m.JobAdmitted, offset: int) -> N
         f"{job.job_id}: pool of {job.team} uses {tenancy.pool_used(*key)} of {tenancy.pool_size(*key)}")
 
 
+def check_backfill(state: CellState, admitted: m.JobAdmitted, offset: int) -> None:
+    """A job admitted onto another gang's reserved node ends, by its time limit, before that reservation's shadow time."""
+    job = state.jobs[admitted.job_id]
+    if job.state is not JobState.ADMITTED or not _took_effect(job, offset):
+        return  # superseded
+    for name in job.nodes():
+        holder = state.cluster.nodes[name].reserved_for
+        if holder is not None and holder != job.job_id:
+            shadow = shadow_time(state, state.reservations[holder], admitted.at, frozenset({job.job_id}))
+            assert ends_before(job, admitted.at, shadow), (
+                f"{job.job_id} (time limit {job.time_limit_ms}) admitted onto {name}, reserved for {holder} "
+                f"until {shadow}")
+
+
 def check_preemption(state: CellState, request: m.PreemptionRequested) -> None:
     """The victim ranks below the job it makes room for, judged on the state the decision saw."""
     victim, beneficiary = state.jobs[request.job_id], state.jobs[request.for_job_id]
     tenancy = state.tenancy
     victim_borrows = tenancy.used(victim.team, victim.gpu_type) > tenancy.quota(victim.team, victim.gpu_type).nominal
-    within = (tenancy.used(beneficiary.team, beneficiary.gpu_type) + beneficiary.gpus
+    within = (tenancy.used(beneficiary.team, beneficiary.gpu_type) + beneficiary.min_gpus
               <= tenancy.quota(beneficiary.team, beneficiary.gpu_type).nominal)
     assert victim.preemptible and victim.gpu_type == beneficiary.gpu_type
     assert victim.priority < beneficiary.priority or (victim_borrows and within), (
@@ -108,6 +134,7 @@ class Invariants:
         check_nodes(state)
         if isinstance(event, m.JobAdmitted):
             check_admission(state, event, offset)
+            check_backfill(state, event, offset)
         if isinstance(event, m.JobPlaced):
             check_placement(state, event, offset)
         for decision in new:

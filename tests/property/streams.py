@@ -60,6 +60,7 @@ def _action(c: Chooser, jobs: list[str]) -> dict:
         jobs.append(job)
         return {"submit": {
             "job": job, "team": c.one(TEAMS), "workers": c.int(1, 3), "gpus_per_worker": c.one([1, 2, 4]),
+            "min_workers": c.one([None, None, 1, 2]), "time_limit": c.one([None, None, 5 * MINUTE, 40 * MINUTE]),
             "priority_class": c.one([None, "low", "high", "prod"]), "runs_for": c.int(1, 30) * MINUTE,
             "topology_required": c.one([None, None, "rack", "block"]), "max_restarts": c.int(0, 2)}}
     if kind in ("cancel", "checkpoint_completed"):
