@@ -89,10 +89,19 @@ def _job(job: Job) -> dict[str, Any]:
 
 
 def _node(node: Node) -> dict[str, Any]:
-    return {"name": node.name, "gpu_type": node.gpu_type, "gpus": node.gpus, "domains": list(node.domains),
-            "labels": node.labels, "spare": node.spare, "activated": node.activated, "cordoned": node.cordoned,
-            "failed": node.failed, "retired": sorted(node.retired),
-            "holder": {str(i): j for i, j in sorted(node.holder.items())}, "reserved_for": node.reserved_for}
+    out = {name: getattr(node, name) for name in Node.__dataclass_fields__}
+    out["domains"] = list(node.domains)
+    out["retired"] = sorted(node.retired)
+    out["holder"] = {str(i): j for i, j in sorted(node.holder.items())}
+    return out
+
+
+def _restore_node(row: dict[str, Any]) -> Node:
+    row = dict(row)
+    row["domains"] = tuple(row["domains"])
+    row["retired"] = frozenset(row["retired"])
+    row["holder"] = {int(i): j for i, j in row["holder"].items()}
+    return Node(**row)
 
 
 def restore(stored: Mapping[str, bytes]) -> CellState:
@@ -112,11 +121,7 @@ def restore(stored: Mapping[str, bytes]) -> CellState:
     for key in sorted(stored):
         kind, _, name = key.partition("/")
         if kind == "node":
-            n = json.loads(stored[key])
-            state.cluster.nodes[name] = Node(
-                n["name"], n["gpu_type"], n["gpus"], tuple(n["domains"]), labels=n["labels"], spare=n["spare"],
-                activated=n["activated"], cordoned=n["cordoned"], failed=n["failed"], retired=frozenset(n["retired"]),
-                holder={int(i): j for i, j in n["holder"].items()}, reserved_for=n["reserved_for"])
+            state.cluster.nodes[name] = _restore_node(json.loads(stored[key]))
         elif kind == "job":
             job = _restore_job(json.loads(stored[key]))
             state.jobs[name] = job

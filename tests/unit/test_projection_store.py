@@ -65,3 +65,17 @@ def test_extra_rows_are_saved_with_the_state(tmp_path: Path) -> None:
     store.save(state, extra={"assumed": b'["admitter-40-1"]'})
     assert store.extra("assumed") == b'["admitter-40-1"]'
     assert store.load().offset == 41
+
+
+def test_every_field_of_jobs_and_nodes_is_stored():
+    """A field added to Job or Node is saved and restored without touching the snapshot code."""
+    from dataclasses import fields
+
+    from projections.cluster import Node
+    from projections.jobs import Job
+    from projections.snapshot import _job, _node
+
+    job = Job("j", "nlp", 2, 8, "H100", priority=0, preemptible=True, submitted_at=0, submit_offset=0)
+    node = Node("n", "H100", 8, ("b0",))
+    assert set(_job(job)) == {f.name for f in fields(Job)}
+    assert set(_node(node)) == {f.name for f in fields(Node)}
