@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from bisect import bisect_left, bisect_right, insort
 from dataclasses import dataclass, field
 
 from projections.cluster import Cluster
@@ -24,6 +25,14 @@ class CellState:
     holding: set[str] = field(default_factory=set)  # job ids holding GPUs or quota
     preempting: set[str] = field(default_factory=set)  # job ids asked to checkpoint and make room
     holding_by_team: dict[str, set[str]] = field(default_factory=dict)
+    #: RUNNING jobs per team as sorted (running since, job id): the only possible victims, oldest first,
+    #: so a search can stop at the ones still protected by their minimum runtime
+    running_by_team: dict[str, list[tuple[int, str]]] = field(default_factory=dict)
+    _running_since: dict[str, tuple[str, int]] = field(default_factory=dict, repr=False)
+    #: QUEUED jobs grouped by their needs (Job.needs), each group sorted by rank: admission looks at
+    #: the first of each group instead of the whole queue
+    queued_by_needs: dict[tuple, list[tuple[tuple, str]]] = field(default_factory=dict)
+    _queued_needs: dict[str, tuple[tuple, tuple]] = field(default_factory=dict, repr=False)
     last_heartbeat: dict[str, int] = field(default_factory=dict)
     reservations: dict[str, tuple[str, ...]] = field(default_factory=dict)  # queued job -> nodes draining for it
     #: keys of the snapshot rows changed since a store last saved them (see projections/snapshot.py)
@@ -51,3 +60,26 @@ class CellState:
             team.add(job.job_id)
         else:
             team.discard(job.job_id)
+        queued = self._queued_needs.pop(job.job_id, None)
+        if queued is not None:
+            group = self.queued_by_needs[queued[0]]
+            del group[bisect_left(group, (queued[1], job.job_id))]
+            if not group:
+                del self.queued_by_needs[queued[0]]
+        if state is JobState.QUEUED:
+            needs, rank = job.needs(), job.rank_key()
+            insort(self.queued_by_needs.setdefault(needs, []), (rank, job.job_id))
+            self._queued_needs[job.job_id] = (needs, rank)
+        entry = self._running_since.pop(job.job_id, None)
+        if entry is not None:
+            running = self.running_by_team[entry[0]]
+            del running[bisect_left(running, (entry[1], job.job_id))]
+        if state is JobState.RUNNING:
+            since = job.running_since or 0
+            insort(self.running_by_team.setdefault(job.team, []), (since, job.job_id))
+            self._running_since[job.job_id] = (job.team, since)
+
+    def running_before(self, team: str, at: int) -> list[str]:
+        """Ids of the team's RUNNING jobs that started at or before `at`, oldest first."""
+        running = self.running_by_team.get(team, [])
+        return [job_id for _, job_id in running[:bisect_right(running, (at, "\U0010ffff"))]]

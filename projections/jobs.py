@@ -107,6 +107,12 @@ class Job:
     def nodes(self) -> list[str]:
         return sorted({node for _, node, _ in self.assignments})
 
+    def needs(self) -> tuple:
+        """Everything admission looks at besides rank: jobs with equal needs are admitted in rank order,
+        and when the first is refused the others are refused for the same reason."""
+        return (self.team, self.gpu_type, self.workers, self.gpus_per_worker, self.min_workers,
+                self.topology_required, self.topology_preferred, self.time_limit_ms)
+
     def rank_key(self) -> tuple[int, int, int, str]:
         """Order within a team: priority first, then submit order (log offset breaks ties exactly)."""
         return (-self.priority, self.submitted_at, self.submit_offset, self.job_id)

@@ -21,6 +21,7 @@ from projections.cell import CellState
 from projections.cluster import CELL
 from projections.jobs import Job, JobState
 from projections.tenancy import Admissibility, Tenancy
+from services.admitter.queue import WaitingGangs, order_key
 from services.decider import Context
 from services.placement import (CapacityView, Placement, Unplaceable, excluded_nodes, may_backfill, place_gang,
                                 shadow_times)
@@ -139,20 +140,10 @@ def _problem(state: CellState, e: m.JobSubmitted, offset: int) -> tuple[Reason, 
     return None
 
 
-def queue_order(state: CellState, jobs: list[Job], fair_share: bool, lazy: bool = False) -> Iterator[Job]:
-    """Within-nominal work first, then priority, weighted dominant share, submit order.
-
-    With `lazy`, jobs come off a heap as they are asked for, so a cycle that stops early does not
-    pay for sorting the whole queue."""
-    tenancy = state.tenancy
-    teams = sorted({(j.team, j.gpu_type) for j in jobs})
-    shares = {t: tenancy.dominant_share_milli(t) for t in sorted({t for t, _ in teams})} if fair_share else {}
-    room = {key: tenancy.quota(*key).nominal - tenancy.used(*key) for key in teams}
-    keyed = [((j.min_gpus > room[(j.team, j.gpu_type)], -j.priority, shares.get(j.team, 0),
-               j.submitted_at, j.submit_offset, j.job_id), j) for j in jobs]
-    if not lazy:
-        keyed.sort(key=lambda kj: kj[0])
-        return (j for _, j in keyed)
+def queue_order(state: CellState, jobs: list[Job], fair_share: bool) -> Iterator[Job]:
+    """`jobs` in queue order, lazily (the preemptor looks at the first few)."""
+    key = order_key(state, fair_share)
+    keyed = [(key(j), j) for j in jobs]
     heapq.heapify(keyed)
     return (heapq.heappop(keyed)[1] for _ in range(len(keyed)))
 
@@ -162,17 +153,13 @@ def admission_cycle(state: CellState, ctx: Context, only: Job | None = None, ref
     than the free GPUs of their type are skipped without restating why they wait (a Tick does)."""
     policy = ctx.policy.admission
     now = ctx.now
-    if only is not None:
-        waiting = [only] if only.not_before <= now else []
-    else:
-        waiting = [state.jobs[j] for j in state.queued if state.jobs[j].not_before <= now]
-        if not refresh and policy.backfill:
-            free = {t: _free_gpus(state, t) for t in state.cluster.gpu_types()}
-            waiting = [j for j in waiting if j.min_gpus <= free.get(j.gpu_type, 0)]
-    if not waiting:
-        return []
     quiet = not refresh and only is None and policy.backfill
-    order = queue_order(state, waiting, policy.fair_share, lazy=quiet)
+    key = order_key(state, policy.fair_share)
+    if only is not None:
+        order = WaitingGangs(state, now, key, [[only.job_id]])
+    else:
+        free = {t: _free_gpus(state, t) for t in state.cluster.gpu_types()}
+        order = WaitingGangs.of(state, now, key, lambda job: not quiet or job.min_gpus <= free.get(job.gpu_type, 0))
     reserved_by = {node: job for job, nodes in state.reservations.items() for node in nodes}
     reservations = dict(state.reservations)  # holder -> nodes, with the reservations made this cycle
     # Shadow times once per cycle; a reservation made this cycle has none (unknown) until it is folded.
@@ -186,10 +173,17 @@ def admission_cycle(state: CellState, ctx: Context, only: Job | None = None, ref
     head_blocked = False
     # Without `refresh`, only admissions are decided; why the others still wait is restated on the next Tick.
     say_why = _quiet if quiet else _requeue_reason
+
+    def refuse(job: Job, reason: Reason, detail: str) -> None:
+        """The job waits, and so does the rest of its group, for the same reason."""
+        for waiting in order.refused():
+            say_why(decisions, waiting, reason, detail, ctx)
+        say_why(decisions, job, reason, detail, ctx)
+
     quota_blocked: dict[tuple[str, str], int] = {}  # smallest gang a team's quota refused this cycle
     free_left = {t: _free_gpus(state, t) for t in state.cluster.gpu_types()} if quiet else {}
     for job in order:
-        key = (job.gpu_type, job.gpus_per_worker)
+        key_ = (job.gpu_type, job.gpus_per_worker)
         if quiet and not any(free_left.values()):
             break  # nothing left to admit into
         fewest = job.min_count
@@ -199,26 +193,26 @@ def admission_cycle(state: CellState, ctx: Context, only: Job | None = None, ref
                     and not (shadows and may_backfill(job, now, shadows)))
         if quiet and (
                 fewest * job.gpus_per_worker >= quota_blocked.get((job.team, job.gpu_type), job.gpus + 1)
-                or (shortcut and key in no_room and fewest >= no_room[key])):
+                or (shortcut and key_ in no_room and fewest >= no_room[key_])):
+            order.refused()
             continue
         if head_blocked:
-            say_why(decisions, job, Reason.WAITING_FOR_QUEUE_HEAD, "strict FIFO: the head of the queue waits", ctx)
+            refuse(job, Reason.WAITING_FOR_QUEUE_HEAD, "strict FIFO: the head of the queue waits")
             continue
         limit = policy.admissions_per_team_per_cycle
         if limit is not None and admitted_per_team.get(job.team, 0) >= limit:
-            say_why(decisions, job, Reason.ADMISSION_LIMIT_PER_CYCLE,
-                            f"team {job.team} already admitted {limit} gang(s) this cycle", ctx)
+            refuse(job, Reason.ADMISSION_LIMIT_PER_CYCLE, f"team {job.team} already admitted {limit} gang(s) this cycle")
             continue
         most, fit = quota_fit(state.tenancy, job, policy.borrowing, usage)
         if not fit.fits:
             smallest = fewest * job.gpus_per_worker
             quota_blocked[(job.team, job.gpu_type)] = min(quota_blocked.get((job.team, job.gpu_type), smallest), smallest)
             quota = state.tenancy.quota(job.team, job.gpu_type)
-            say_why(decisions, job, _QUOTA_REASONS[fit.limit],
-                    f"team {job.team} uses {usage.get((job.team, job.gpu_type), 0)} of nominal {quota.nominal} "
-                    f"{job.gpu_type}; {smallest} more {_QUOTA_WHY[fit.limit]}", ctx)
+            refuse(job, _QUOTA_REASONS[fit.limit],
+                   f"team {job.team} uses {usage.get((job.team, job.gpu_type), 0)} of nominal {quota.nominal} "
+                   f"{job.gpu_type}; {smallest} more {_QUOTA_WHY[fit.limit]}")
             continue
-        if shortcut and key in no_room and fewest >= no_room[key]:
+        if shortcut and key_ in no_room and fewest >= no_room[key_]:
             outcome: Placement | Unplaceable = Unplaceable(
                 Reason.INSUFFICIENT_FREE_GPUS, f"no room for {fewest * job.gpus_per_worker} {job.gpu_type} GPUs now")
         else:
@@ -234,12 +228,14 @@ def admission_cycle(state: CellState, ctx: Context, only: Job | None = None, ref
             if quiet:
                 free_left[job.gpu_type] -= gpus
             admitted_per_team[job.team] = admitted_per_team.get(job.team, 0) + 1
+            order.admitted()
             continue
         if shortcut and outcome.reason is Reason.INSUFFICIENT_FREE_GPUS:
-            no_room[key] = min(no_room.get(key, fewest), fewest)
+            no_room[key_] = min(no_room.get(key_, fewest), fewest)
         if not policy.backfill:
             head_blocked = True
         if job.job_id in reservations:
+            order.refused()
             continue  # keeps its reservation and its reason
         waited = now - max(job.submitted_at, job.not_before)
         if policy.backfill and waited >= policy.reservation_after_ms and len(reservations) < policy.max_reservations:
@@ -251,8 +247,10 @@ def admission_cycle(state: CellState, ctx: Context, only: Job | None = None, ref
                 decisions.append(m.JobQueued(envelope=ctx.envelope(Reason.HOLDS_RESERVATION, job.job_id),
                                              job_id=job.job_id, team=job.team, reserved_nodes=nodes,
                                              detail=f"nodes drain for this gang: {', '.join(nodes)}"))
+                for waiting in order.refused():
+                    say_why(decisions, waiting, outcome.reason, outcome.detail, ctx)
                 continue
-        say_why(decisions, job, outcome.reason, outcome.detail, ctx)
+        refuse(job, outcome.reason, outcome.detail)
     return decisions
 
 

@@ -49,7 +49,7 @@ class Preemptor:
                 decisions.extend(preempt_for(state, job, ctx))
         elif isinstance(event, m.Tick):
             waiting = [state.jobs[j] for j in state.queued if state.jobs[j].not_before <= ctx.now]
-            for job in itertools.islice(queue_order(state, waiting, ctx.policy.admission.fair_share, lazy=True),
+            for job in itertools.islice(queue_order(state, waiting, ctx.policy.admission.fair_share),
                                         CANDIDATES_PER_TICK):
                 chosen = preempt_for(state, job, ctx)
                 decisions.extend(chosen)
@@ -71,9 +71,9 @@ def preempt_for(state: CellState, job: Job, ctx: Context) -> list[m.Decision]:
             or any(state.jobs[v].preempted_for == job.job_id for v in state.preempting)
             or not _may_have_victims(state, job, ctx)):
         return []
-    if _admissible_after(state, job, [], ctx):
-        return []  # the admitter will admit it without anyone's help
     candidates = _candidates(state, job, ctx)
+    if not candidates or _admissible_after(state, job, [], ctx):
+        return []  # nobody to evict, or the admitter will admit it without anyone's help
     usage = dict(state.tenancy.usage)
     chosen: list[Job] = []
     for (category, *_), victim in candidates:
@@ -146,7 +146,8 @@ def _candidates(state: CellState, job: Job, ctx: Context) -> list[tuple[tuple, J
         teams.add(job.team)
     out = []
     # Visit order does not matter: the candidates are sorted by a total key below.
-    for victim_id in [v for t in sorted(teams) for v in state.holding_by_team.get(t, ())]:
+    started_by = now - policy.min_runtime_ms  # later starters are protected for their minimum runtime
+    for victim_id in [v for t in sorted(teams) for v in state.running_before(t, started_by)]:
         victim = state.jobs[victim_id]
         if (victim.state not in (JobState.RUNNING, JobState.PLACED) or not victim.preemptible
                 or victim.gpu_type != job.gpu_type or victim.job_id == job.job_id):

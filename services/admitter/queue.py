@@ -1,0 +1,83 @@
+"""The queue as an admission cycle walks it: gangs in queue order, one group of equal needs at a time.
+
+Gangs with equal needs (team, GPU type, shape, constraints; see Job.needs) meet the same quota
+and the same placement, so only the first of a group can be admitted before the rest, and when
+it is refused the whole group is refused for the same reason. Walking group heads through a heap
+keeps a cycle's cost near the number of groups, not the number of queued gangs.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Callable, Iterator
+
+from projections.cell import CellState
+from projections.jobs import Job
+
+
+def order_key(state: CellState, fair_share: bool) -> Callable[[Job], tuple]:
+    """Within-nominal work first, then priority, weighted dominant share, submit order."""
+    tenancy = state.tenancy
+    shares: dict[str, int] = {}
+    room: dict[tuple[str, str], int] = {}
+
+    def key(job: Job) -> tuple:
+        team = (job.team, job.gpu_type)
+        if team not in room:
+            room[team] = tenancy.quota(*team).nominal - tenancy.used(*team)
+        if fair_share and job.team not in shares:
+            shares[job.team] = tenancy.dominant_share_milli(job.team)
+        return (job.min_gpus > room[team], -job.priority, shares.get(job.team, 0), job.submitted_at,
+                job.submit_offset, job.job_id)
+
+    return key
+
+
+class WaitingGangs:
+    """Iterates waiting gangs in queue order; tell it whether each was `admitted()` or `refused()`."""
+
+    def __init__(self, state: CellState, now: int, key: Callable[[Job], tuple], groups: list[list[str]]) -> None:
+        self.state, self.now, self.key = state, now, key
+        self.groups = groups
+        self.cursor = [0] * len(groups)
+        self.heap: list[tuple[tuple, int]] = []
+        self.current = -1
+        for g in range(len(groups)):
+            self._push(g)
+
+    @classmethod
+    def of(cls, state: CellState, now: int, key: Callable[[Job], tuple],
+           keep: Callable[[Job], bool] = lambda job: True) -> WaitingGangs:
+        """Every waiting gang: groups of equal needs, and each reservation holder on its own (it sees
+        nodes the others don't). `keep` drops whole groups by their first member."""
+        holders = state.reservations
+        groups = [[job_id] for job_id in sorted(holders) if job_id in state.queued]
+        for members in state.queued_by_needs.values():
+            ids = [job_id for _, job_id in members if job_id not in holders]
+            if ids and keep(state.jobs[ids[0]]):
+                groups.append(ids)
+        return cls(state, now, key, groups)
+
+    def _push(self, g: int) -> None:
+        members, i = self.groups[g], self.cursor[g]
+        while i < len(members) and self.state.jobs[members[i]].not_before > self.now:
+            i += 1  # still backing off
+        self.cursor[g] = i
+        if i < len(members):
+            heapq.heappush(self.heap, (self.key(self.state.jobs[members[i]]), g))
+
+    def __iter__(self) -> Iterator[Job]:
+        while self.heap:
+            _, self.current = heapq.heappop(self.heap)
+            yield self.state.jobs[self.groups[self.current][self.cursor[self.current]]]
+
+    def admitted(self) -> None:
+        """The current gang was admitted: the next of its group takes its turn."""
+        self.cursor[self.current] += 1
+        self._push(self.current)
+
+    def refused(self) -> list[Job]:
+        """The current gang was refused: so are the rest of its group, returned to be told why."""
+        g = self.current
+        return [self.state.jobs[j] for j in self.groups[g][self.cursor[g] + 1:]
+                if self.state.jobs[j].not_before <= self.now]
