@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from types import ModuleType
 
 from events import broker_cli, schemas_cli, topics_cli
-from services import run_cli
+from services import fleet_cli, load_cli, run_cli
 from services.simulation import scenario_cli
 
 # Each module provides `add_arguments(parser)` and `run(args) -> int`.
@@ -17,6 +17,8 @@ SUBCOMMANDS: tuple[tuple[str, str, ModuleType], ...] = (
     ("topics", "create Gangway's topics and print the topic catalogue", topics_cli),
     ("schemas", "list, check, write and release the Avro event schemas", schemas_cli),
     ("run", "run a service (admitter, placer, preemptor, recovery), the clock, or all of them on Kafka", run_cli),
+    ("fleet", "run a simulated fleet of GPU nodes (node agents) on Kafka, with failure injection", fleet_cli),
+    ("load", "submit jobs from ITP / Philly traces at their (compressed) submission times", load_cli),
     ("scenario", "run scenario files in virtual time and check their expectations", scenario_cli),
 )
 
