@@ -85,6 +85,12 @@ class EventProducer:
         self._producer.produce(self.topics.events, key=cell.encode(), value=self.codec.encode(event),
                                partition=cell_partition(self.cells, cell))
 
+    def produce_heartbeat(self, event: Event) -> None:
+        """Heartbeats go to the short-retention heartbeat topic, same cell partition as the main log."""
+        cell = event.envelope.cell
+        self._producer.produce(self.topics.heartbeats, key=cell.encode(), value=self.codec.encode(event),
+                               partition=cell_partition(self.cells, cell))
+
     def produce_dead_letter(self, letter: DeadLetter) -> None:
         self._producer.produce(self.topics.deadletter, key=letter.key, value=self.codec.encode(letter), partition=0)
 

@@ -9,7 +9,7 @@ from types import ModuleType
 
 from events import broker_cli, schemas_cli, topics_cli
 from replay import rebuild
-from services import run_cli, watch
+from services import fleet_cli, load_cli, run_cli, watch
 from services.simulation import scenario_cli
 
 # Each module provides `add_arguments(parser)` and `run(args) -> int`.
@@ -20,6 +20,8 @@ SUBCOMMANDS: tuple[tuple[str, str, ModuleType], ...] = (
     ("run", "run a service (admitter, placer, preemptor, recovery), the clock, or all of them on Kafka", run_cli),
     ("watch", "live terminal view of a cell: GPUs and queues per team, latest decisions", watch),
     ("projection", "rebuild a cell's projection from its log, or compare two projections", rebuild),
+    ("fleet", "run a simulated fleet of GPU nodes (node agents) on Kafka, with failure injection", fleet_cli),
+    ("load", "submit jobs from ITP / Philly traces at their (compressed) submission times", load_cli),
     ("scenario", "run scenario files in virtual time and check their expectations", scenario_cli),
 )
 

@@ -1,9 +1,14 @@
 """The clock process: writes a `Tick` to every cell's partition at a fixed interval, so deadlines
 expire at a definite position in the log. With `speedup`, event time runs faster than the wall
-clock (for demos); decisions stay deterministic because deciders only read time from events."""
+clock (for demos); decisions stay deterministic because deciders only read time from events.
+
+Every process that stamps event time (clock, fleet, load) must share the speedup *and* the epoch
+(`--epoch` / $GANGWAY_EPOCH): two clocks started Δ seconds apart with speedup X otherwise disagree
+by Δ·(X−1) seconds of event time, enough for recovery to find every heartbeat stale."""
 
 from __future__ import annotations
 
+import os
 import signal
 import time
 from collections.abc import Sequence
@@ -30,8 +35,21 @@ class VirtualClock:
         now = time.time()
         return cls(speedup, now, int(now * 1000))
 
+    @classmethod
+    def anchored(cls, speedup: float = 1.0, epoch_s: float | None = None) -> VirtualClock:
+        """Event time equals the wall clock at `epoch_s` (Unix seconds; default now) and runs `speedup` times faster."""
+        if epoch_s is None:
+            return cls.starting_now(speedup)
+        return cls(speedup, epoch_s, int(epoch_s * 1000))
+
     def now_ms(self) -> int:
         return self.started_at_ms + int((time.time() - self.started_wall) * 1000 * self.speedup)
+
+
+def epoch_from_env(env=os.environ) -> float | None:
+    """$GANGWAY_EPOCH (Unix seconds), the shared anchor of every virtual clock of one run; None when unset."""
+    raw = env.get("GANGWAY_EPOCH", "").strip()
+    return float(raw) if raw else None
 
 
 def run_clock(bootstrap_servers: str, topics: TopicNames, cells: Sequence[str], interval_s: float,

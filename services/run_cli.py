@@ -8,11 +8,12 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from events.topics import cells_from_env, topic_names, topic_prefix
 from services.admitter.decide import Admitter
-from services.clock import VirtualClock, run_clock
+from services.clock import VirtualClock, epoch_from_env, run_clock
 from services.placer.decide import Placer
 from services.policy import DEFAULT_POLICY
 from services.preemptor.decide import Preemptor
@@ -33,6 +34,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="where each service keeps its RocksDB projections (default ~/.gangway/state)")
     parser.add_argument("--tick-interval", type=float, default=1.0, help="clock: seconds between ticks")
     parser.add_argument("--speedup", type=float, default=1.0, help="clock: event time runs this many times faster")
+    parser.add_argument("--epoch", type=float, default=epoch_from_env(),
+                        help="clock: Unix seconds at which event time equals wall time (default $GANGWAY_EPOCH, else "
+                             "now); give the fleet and load the same value when --speedup is not 1")
     parser.add_argument("-v", "--verbose", action="store_true")
 
 
@@ -44,7 +48,7 @@ def run(args: argparse.Namespace) -> int:
     if args.service == "all":
         return _run_all(args)
     if args.service == "clock":
-        run_clock(args.bootstrap_servers, topics, cells, args.tick_interval, VirtualClock.starting_now(args.speedup))
+        run_clock(args.bootstrap_servers, topics, cells, args.tick_interval, VirtualClock.anchored(args.speedup, args.epoch))
         return 0
     shell = ServiceShell(DECIDERS[args.service](), args.bootstrap_servers, topics, cells,
                          args.state_dir.expanduser(), DEFAULT_POLICY, name_prefix=topic_prefix())
@@ -54,7 +58,8 @@ def run(args: argparse.Namespace) -> int:
 
 def _run_all(args: argparse.Namespace) -> int:
     """One process per service and the clock; Ctrl-C (or SIGTERM) stops them all."""
-    common = ["--bootstrap-servers", args.bootstrap_servers, "--cells", args.cells,
+    epoch = args.epoch if args.epoch is not None else time.time()  # one anchor for every child
+    common = ["--epoch", repr(epoch), "--bootstrap-servers", args.bootstrap_servers, "--cells", args.cells,
               "--state-dir", str(args.state_dir), "--tick-interval", str(args.tick_interval),
               "--speedup", str(args.speedup)] + (["-v"] if args.verbose else [])
     children = [subprocess.Popen([sys.executable, "-m", "replay.cli", "run", name, *common]) for name in EVERYTHING]

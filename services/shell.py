@@ -5,8 +5,9 @@ decisions with the consumed offsets in one transaction; then save the state with
   moves is restored from its RocksDB projection (or rebuilt from offset 0 when it has none).
 - One transactional producer per service and cell (`gangway-<service>-<cell>`): a new owner
   fences the old one and aborts its open transaction at once.
-- The service's own decisions are folded as soon as it makes them ("assumed") and skipped when
-  read back, so nothing is double-booked while they are in flight.
+- The service's own decisions are folded as soon as it makes them ("assumed") and not folded again
+  when read back, so nothing is double-booked while they are in flight; read back, they are
+  decided on like any other event (that is when their offset, the basis, is known).
 - The projection is saved only after the transaction commits, so it never runs ahead of Kafka.
   If the process dies between the two, the events in between are folded again and re-decided
   silently (their decisions are already in the log), which is what determinism buys.
@@ -31,7 +32,7 @@ from events.topics import TopicNames
 from projections.cell import CellState
 from projections.evolve import fold_assumed
 from projections.store import ProjectionStore
-from services.decider import Decider, step
+from services.decider import Context, Decider, step
 from services.policy import Policy
 
 log = logging.getLogger("gangway.shell")
@@ -170,9 +171,13 @@ class ServiceShell:
                 continue
             if event.envelope.event_id in runtime.assumed:
                 del runtime.assumed[event.envelope.event_id]
-                state.offset = record.offset  # folded when it was decided
-                continue
-            decisions = step(state, event, record.offset, [self.decider], self.policy)
+                state.offset = record.offset  # folded when it was decided, but answered only now that it has
+                # an offset, like any event: recovery acts on its own NodeFailed / GpuFaulted (interrupts the
+                # jobs on the node), exactly as the in-memory runner, which decides on every log entry.
+                decisions = self.decider.decide(state, event, Context(self.decider.name, event, record.offset,
+                                                                      self.policy))
+            else:
+                decisions = step(state, event, record.offset, [self.decider], self.policy)
             for decision in decisions:
                 fold_assumed(state, decision)
                 runtime.assumed[decision.envelope.event_id] = None

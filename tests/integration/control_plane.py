@@ -30,11 +30,14 @@ class ControlPlane:
         self.processes: dict[str, subprocess.Popen] = {}
 
     def start(self, service: str, replica: str = "") -> None:
-        name = service + replica
+        self.command(service + replica, "run", service, "--state-dir", str(self.state_dir / (replica or "main")), "-v")
+
+    def command(self, name: str, *args: str) -> None:
+        """Any `gangway` command as a process on this broker and these cells, logging to <state_dir>/<name>.log."""
         log = open(self.state_dir / f"{name}.log", "ab")  # noqa: SIM115 - owned by the process
         self.processes[name] = subprocess.Popen(
-            [sys.executable, "-m", "replay.cli", "run", service, "--bootstrap-servers", self.bootstrap,
-             "--cells", ",".join(self.cells), "--state-dir", str(self.state_dir / (replica or "main")), "-v"],
+            [sys.executable, "-m", "replay.cli", *args, "--bootstrap-servers", self.bootstrap,
+             "--cells", ",".join(self.cells)],
             cwd=ROOT, env=dict(os.environ), stdout=log, stderr=subprocess.STDOUT)
 
     def start_all(self) -> None:

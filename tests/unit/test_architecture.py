@@ -12,6 +12,9 @@ IO_LIBRARIES = {"confluent_kafka", "rocksdict", "fastavro", "time", "random", "u
 SHELL_MODULES = {
     "projections/store.py", "projections/api.py", "services/shell.py", "services/runner.py",
     "services/clock.py", "services/run_cli.py", "services/watch.py",
+    # The simulated fleet and the trace loader play node agents and launchers, outside the control
+    # plane: they read the clock, draw seeded failures and write to Kafka.
+    "services/fleet_failures.py", "services/fleet_cli.py", "services/load_cli.py",
 }
 
 

@@ -1,0 +1,136 @@
+"""`gangway fleet`: the simulated fleet (services/fleet.py) on Kafka, one process for every node of the given cells."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import sys
+
+from confluent_kafka import TopicPartition
+
+from events.log import EventConsumer, EventProducer
+from events.topics import TopicNames, cell_partition, cells_from_env, topic_names, topic_prefix
+from services.clock import VirtualClock, epoch_from_env
+from services.fleet import Fleet, FleetSpec
+from services.fleet_failures import FailureSpec
+from services.simulation.agents import AgentTiming
+from services.simulation.durations import parse_duration
+
+log = logging.getLogger("gangway.fleet")
+MAX_WAIT_S = 0.1  # longest poll: timers are checked at least this often
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--nodes", type=int, required=True, help="nodes per cell")
+    parser.add_argument("--gpus-per-node", type=int, default=8)
+    parser.add_argument("--nodes-per-rack", type=int, default=4)
+    parser.add_argument("--racks-per-block", type=int, default=None, help="default: one block of every rack")
+    parser.add_argument("--gpu-type", default="H100")
+    parser.add_argument("--cells", default=",".join(cells_from_env()),
+                        help="comma-separated cells in partition order; each gets --nodes nodes")
+    parser.add_argument("--bootstrap-servers", default=os.environ.get("KAFKA_BOOTSTRAP_SERVERS", "127.0.0.1:9092"))
+    parser.add_argument("--speedup", type=float, default=1.0, help="event time runs this many times faster (as the clock's)")
+    parser.add_argument("--epoch", type=float, default=epoch_from_env(),
+                        help="Unix seconds at which event time equals wall time: the clock's (default $GANGWAY_EPOCH, else now)")
+    parser.add_argument("--heartbeat-every", type=parse_duration, default=5_000, metavar="DURATION")
+    parser.add_argument("--start-delay", type=parse_duration, default=1_000, metavar="DURATION",
+                        help="from placement to the workers running")
+    parser.add_argument("--checkpoint-every", type=parse_duration, default=10 * 60_000, metavar="DURATION")
+    parser.add_argument("--checkpoint-delay", type=parse_duration, default=30_000, metavar="DURATION",
+                        help="time to write a checkpoint when preemption asks for one")
+    parser.add_argument("--node-failure-rate", type=float, default=0.0, metavar="F", help="node losses per node-hour")
+    parser.add_argument("--xid-rate", type=float, default=0.0, metavar="F", help="Xid errors (79, 48, 13) per node-hour")
+    parser.add_argument("--repair-time", type=parse_duration, default=10 * 60_000, metavar="DURATION",
+                        help="a lost or cordoned node passes its health checks this long after failing")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--fail-node", default=None, metavar="NAME", help="test hook: lose this node ...")
+    parser.add_argument("--fail-at", type=float, default=0.0, metavar="SECONDS",
+                        help="... this many event seconds after its first worker starts")
+    parser.add_argument("-v", "--verbose", action="store_true")
+
+
+def run(args: argparse.Namespace) -> int:
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
+                        format="%(asctime)s %(name)s %(message)s")
+    cells = tuple(c.strip() for c in args.cells.split(",") if c.strip())
+    spec = FleetSpec(args.nodes, args.gpus_per_node, args.nodes_per_rack, args.racks_per_block, args.gpu_type)
+    timing = AgentTiming(start_delay_ms=args.start_delay, checkpoint_every_ms=args.checkpoint_every or None,
+                         checkpoint_delay_ms=args.checkpoint_delay, heartbeat_every_ms=args.heartbeat_every)
+    failures = FailureSpec(args.node_failure_rate, args.xid_rate, args.seed, args.repair_time,
+                           args.fail_node, int(args.fail_at * 1000))
+    fleet = Fleet(cells, spec, timing, failures)
+    if args.fail_node and args.fail_node not in fleet.node_cell:
+        print(f"gangway fleet: no node {args.fail_node!r} (nodes look like {next(iter(fleet.node_cell))})",
+              file=sys.stderr)
+        return 2
+    clock = VirtualClock.anchored(args.speedup, args.epoch)
+    run_fleet(fleet, args.bootstrap_servers, topic_names(), cells, clock, topic_prefix())
+    return 0
+
+
+def run_fleet(fleet: Fleet, bootstrap: str, topics: TopicNames, cells: tuple[str, ...], clock: VirtualClock,
+              name_prefix: str = "") -> None:
+    """Runs the fleet until SIGTERM / SIGINT: read the main log, fire due timers, write what they produced."""
+    # On start: fold the log as it stands without reacting (history), carry on the runs already placed on
+    # our nodes, register the nodes the log does not know. Then the loop: poll briefly (the next timer's
+    # wall time at most), react, fire, and write one small transaction per cell.
+    stopping: list[bool] = []
+    signal.signal(signal.SIGTERM, lambda *_: stopping.append(True))
+    signal.signal(signal.SIGINT, lambda *_: stopping.append(True))
+    # One transactional id per cell, so a restarted fleet fences the old one and aborts what it left open.
+    producers = {cell: EventProducer(bootstrap, f"{name_prefix}gangway-fleet-{cell}", topics, cells)
+                 for cell in fleet.cells}
+    # Never commits: every start folds the cell's log from the beginning, as a fresh projection would.
+    consumer = EventConsumer(bootstrap, f"{name_prefix}gangway-fleet", topics, cells, assign=list(fleet.cells))
+    try:
+        _catch_up(fleet, consumer, topics, cells, stopping)
+        fleet.adopt(clock.now_ms())
+        fleet.register(clock.now_ms())
+        log.info("fleet of %d nodes in %s is up", len(fleet.node_cell), ", ".join(fleet.cells))
+        while not stopping:
+            for record in consumer.poll(500, _wait_s(fleet, clock)):
+                if record.event is not None:
+                    fleet.observe(cells[record.partition], record.event, record.offset)
+            fleet.fire(clock.now_ms())
+            _write(fleet, producers)
+        _write(fleet, producers)
+    finally:
+        consumer.close()
+        for producer in producers.values():
+            producer.flush()
+
+
+def _catch_up(fleet: Fleet, consumer: EventConsumer, topics: TopicNames, cells: tuple[str, ...],
+              stopping: list[bool]) -> None:
+    """Folds each cell's log up to its last stable offset at start, reacting to nothing: that is history."""
+    ends = {}
+    for cell in fleet.cells:
+        partition = cell_partition(cells, cell)
+        # A read_committed consumer is told the last stable offset, the end of what it can read now.
+        _, ends[partition] = consumer.raw.get_watermark_offsets(TopicPartition(topics.events, partition), timeout=30)
+    while not stopping:
+        for record in consumer.poll(1000, 0.2):
+            if record.event is not None:
+                fleet.observe(cells[record.partition], record.event, record.offset, live=False)
+        positions = consumer.raw.position([TopicPartition(topics.events, p) for p in ends])
+        if all(end == 0 or tp.offset >= end for tp, end in zip(positions, ends.values())):
+            return
+
+
+def _wait_s(fleet: Fleet, clock: VirtualClock) -> float:
+    """Wall seconds until the next timer is due, at most MAX_WAIT_S."""
+    due = fleet.timers.next_due()
+    if due is None:
+        return MAX_WAIT_S
+    return max(0.0, min(MAX_WAIT_S, (due - clock.now_ms()) / 1000 / clock.speedup))
+
+
+def _write(fleet: Fleet, producers: dict[str, EventProducer]) -> None:
+    """One transaction per cell for what the timers produced since the last write."""
+    for cell, events in fleet.drain().items():
+        producer = producers[cell]
+        with producer.transaction():
+            for event, heartbeat in events:
+                (producer.produce_heartbeat if heartbeat else producer.produce)(event)
