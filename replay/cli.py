@@ -9,11 +9,13 @@ from types import ModuleType
 
 from events import broker_cli, schemas_cli, topics_cli
 from replay import rebuild
-from services import fleet_cli, load_cli, run_cli, watch
+from services import demo, fleet_cli, load_cli, run_cli, watch
 from services.simulation import scenario_cli
 
 # Each module provides `add_arguments(parser)` and `run(args) -> int`.
 SUBCOMMANDS: tuple[tuple[str, str, ModuleType], ...] = (
+    ("demo", "the whole system on a local broker: services, a simulated fleet, teams replaying a trace, shown live",
+     demo),
     ("kafka", "start, stop or inspect the local Apache Kafka broker (no Docker needed)", broker_cli),
     ("topics", "create Gangway's topics and print the topic catalogue", topics_cli),
     ("schemas", "list, check, write and release the Avro event schemas", schemas_cli),

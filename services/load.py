@@ -82,8 +82,10 @@ def team_events(rows: Sequence[TraceRow], cells: Sequence[str], gpus: int, gpu_t
 
 
 def submissions(rows: Sequence[TraceRow], cells: Sequence[str], origin_ms: int, start_s: int | None = None,
-                gpu_type: str = "H100", gpus_per_node: int = 8) -> list[m.JobSubmitted]:
-    """One `JobSubmitted` per row at `origin_ms` + its trace seconds after the slice's start, in time order."""
+                gpu_type: str = "H100", gpus_per_node: int = 8, compress: float = 1.0) -> list[m.JobSubmitted]:
+    """One `JobSubmitted` per row at `origin_ms` + its trace seconds after the slice's start, in time order.
+    `compress` divides both the gaps between submissions and the durations, so the slice plays faster
+    while the cell sees the same offered load (arrival rate times duration)."""
     if not rows:
         return []
     homes = team_cells(rows, cells)
@@ -94,7 +96,8 @@ def submissions(rows: Sequence[TraceRow], cells: Sequence[str], origin_ms: int, 
         workers, per_worker = gang_shape(row.gpus, gpus_per_node)
         out.append(m.JobSubmitted(
             envelope=m.Envelope(event_id=f"{PRODUCER}/{job_id}", cell=homes[row.cluster],
-                                at=origin_ms + (row.submit_s - t0) * 1000, producer=PRODUCER, correlation_id=job_id),
+                                at=origin_ms + int((row.submit_s - t0) * 1000 / compress), producer=PRODUCER,
+                                correlation_id=job_id),
             job_id=job_id, team=row.cluster, workers=workers, gpus_per_worker=per_worker, gpu_type=gpu_type,
-            labels={"duration_ms": str(row.duration_s * 1000)}))
+            labels={"duration_ms": str(int(row.duration_s * 1000 / compress))}))
     return out

@@ -26,6 +26,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--speedup", type=float, default=1.0, help="event time runs this many times faster (as the clock's)")
     parser.add_argument("--epoch", type=float, default=epoch_from_env(),
                         help="Unix seconds at which event time equals wall time: the clock's (default $GANGWAY_EPOCH, else now)")
+    parser.add_argument("--compress", type=float, default=1.0, metavar="K",
+                        help="play the slice K times faster than event time: gaps and durations divided by K")
     parser.add_argument("--limit", type=int, default=None, metavar="N", help="at most N jobs")
     parser.add_argument("--start", type=int, default=None, metavar="S", help="start S seconds into the trace")
     parser.add_argument("--max-gpus", type=int, default=None, metavar="G", help="leave out jobs of more than G GPUs")
@@ -55,7 +57,7 @@ def run(args: argparse.Namespace) -> int:
     origin = clock.now_ms()
     events: list[m.Event] = team_events(chosen, cells, args.gpus, args.gpu_type, args.cohort, origin) \
         if args.define_teams else []
-    jobs = submissions(chosen, cells, origin, args.start, args.gpu_type, args.gpus_per_node)
+    jobs = submissions(chosen, cells, origin, args.start, args.gpu_type, args.gpus_per_node, args.compress)
     span_s = (jobs[-1].at - origin) / 1000 if jobs else 0
     print(f"gangway load: {len(jobs)} jobs of {len({j.team for j in jobs})} teams over {span_s:.0f} s of trace time "
           f"({span_s / args.speedup:.1f} s at speedup {args.speedup:g})"

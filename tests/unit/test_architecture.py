@@ -11,7 +11,7 @@ IO_LIBRARIES = {"confluent_kafka", "rocksdict", "fastavro", "time", "random", "u
 # projections/ and services/ is the pure core.
 SHELL_MODULES = {
     "projections/store.py", "projections/api.py", "services/shell.py", "services/runner.py",
-    "services/clock.py", "services/run_cli.py", "services/watch.py",
+    "services/clock.py", "services/run_cli.py", "services/watch.py", "services/demo.py",
     # The simulated fleet and the trace loader play node agents and launchers, outside the control
     # plane: they read the clock, draw seeded failures and write to Kafka.
     "services/fleet_failures.py", "services/fleet_cli.py", "services/load_cli.py",

@@ -1,0 +1,208 @@
+"""`gangway demo`: the whole control plane on a local broker, shown live.
+
+Starts (as separate processes) the four services and the clock, a simulated fleet of GPU nodes in
+racks and blocks, and three teams replaying a busy 6-hour slice of the Microsoft ITP trace. Event
+time runs `--speedup` (30) times faster than the wall clock, and the slice `--compress` (6) times
+faster than that (gaps and durations alike, so the offered load keeps its shape): about two
+minutes in all. Part way through, a team that lent its quota submits a gang
+within its nominal (the preemptor reclaims the lent GPUs, asking the borrowers to checkpoint
+first), and one busy node goes silent (recovery fails it and restarts its jobs from their last
+checkpoint). The terminal shows the cell as it folds from the log; the run ends with a summary.
+Ctrl-C stops everything cleanly.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+from confluent_kafka.admin import AdminClient
+
+from events import models as m
+from events.broker import KafkaSetupError, LocalKafka, quiet_logger
+from events.log import EventConsumer, EventProducer
+from events.topics import ensure_topics, topic_names
+from services.clock import VirtualClock
+from services.simulation.traces import ITP
+from services.watch import CellView
+
+CELL = "cell-a"
+TRACES = ("cluster03.csv", "cluster04.csv", "cluster07.csv")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--duration", type=float, default=120.0, help="wall-clock seconds to run (default 120)")
+    parser.add_argument("--speedup", type=float, default=30.0, help="event time runs this many times faster (<= 30)")
+    parser.add_argument("--nodes", type=int, default=40, help="8-GPU nodes in the fleet (default 40: 320 GPUs)")
+    parser.add_argument("--traces", type=Path, default=ITP, help="folder of the ITP cluster*.csv traces")
+    parser.add_argument("--start", type=int, default=4_131_507,
+                        help="seconds into the trace where the slice starts (default: a busy 6 h of three teams)")
+    parser.add_argument("--jobs", type=int, default=600, help="at most this many jobs of the slice")
+    parser.add_argument("--compress", type=float, default=6.0,
+                        help="the slice plays this many times faster than event time (gaps and durations)")
+    parser.add_argument("--node-failure-at", type=float, default=20.0, metavar="MINUTES",
+                        help="event minutes after work starts on node b0-r0-n0 that it goes silent (default 20)")
+    parser.add_argument("--state-dir", type=Path, default=Path("~/.gangway/demo"))
+    parser.add_argument("--bootstrap-servers", default=os.environ.get("KAFKA_BOOTSTRAP_SERVERS"),
+                        help="an existing broker (default: start the local one)")
+
+
+def run(args: argparse.Namespace) -> int:
+    kafka = None if args.bootstrap_servers else LocalKafka()
+    started_kafka = kafka is not None and not kafka.status().up
+    try:
+        bootstrap = args.bootstrap_servers or kafka.start()
+    except KafkaSetupError as error:
+        print(f"gangway demo: {error}", file=sys.stderr)
+        return 1
+    run_id = time.strftime("%Y%m%d-%H%M%S") + "-" + uuid.uuid4().hex[:4]
+    prefix = f"demo-{run_id}."
+    state_dir = args.state_dir.expanduser() / run_id
+    state_dir.mkdir(parents=True)
+    epoch = time.time()
+    env = dict(os.environ, GANGWAY_TOPIC_PREFIX=prefix, GANGWAY_EPOCH=repr(epoch), KAFKA_BOOTSTRAP_SERVERS=bootstrap,
+               GANGWAY_CELLS=CELL)
+    ensure_topics(AdminClient({"bootstrap.servers": bootstrap, "logger": quiet_logger()}), [CELL], 1, prefix=prefix)
+    topics = topic_names(prefix)
+    demo = Demo(args, bootstrap, topics, env, state_dir, VirtualClock.anchored(args.speedup, epoch))
+    print(f"gangway demo: broker {bootstrap}, topics {prefix}*, logs in {state_dir}", flush=True)
+    try:
+        demo.play()
+    finally:
+        demo.stop()
+        if started_kafka:
+            kafka.stop()  # it was not running before the demo
+    print(demo.view.render())
+    print(demo.summary())
+    return 0
+
+
+class Demo:
+    """The processes of one demo run and the live view of its cell."""
+
+    def __init__(self, args: argparse.Namespace, bootstrap: str, topics, env: dict[str, str], state_dir: Path,
+                 clock: VirtualClock) -> None:
+        self.args, self.bootstrap, self.topics, self.env, self.state_dir, self.clock = (
+            args, bootstrap, topics, env, state_dir, clock)
+        self.children: dict[str, subprocess.Popen] = {}
+        self.view = CellView()
+        self.submitted_at: dict[str, int] = {}
+        self.first_placed: dict[str, int] = {}
+        self.stopping = False
+        self.reclaim: str | None = None
+
+    def start(self, name: str, *argv: str) -> None:
+        log = open(self.state_dir / f"{name}.log", "wb")  # noqa: SIM115 - the child owns it
+        self.children[name] = subprocess.Popen([sys.executable, "-m", "replay.cli", *argv], env=self.env,
+                                               stdout=log, stderr=subprocess.STDOUT)
+
+    def play(self) -> None:
+        a = self.args
+        previous = {sig: signal.signal(sig, self._stop) for sig in (signal.SIGINT, signal.SIGTERM)}
+        speed = ["--speedup", str(a.speedup)]
+        self.start("services", "run", "all", *speed, "--tick-interval", "0.5", "--state-dir",
+                   str(self.state_dir / "state"), "-v")
+        self.start("fleet", "fleet", "--nodes", str(a.nodes), "--nodes-per-rack", "4", "--racks-per-block", "4",
+                   "--checkpoint-every", "5m", "--checkpoint-delay", "20s", *speed,
+                   "--fail-node", f"{CELL}-b0-r0-n0", "--fail-at", str(a.node_failure_at * 60))
+        consumer = EventConsumer(self.bootstrap, f"demo-{uuid.uuid4().hex}", self.topics, [CELL], assign=[CELL])
+        began = time.monotonic()
+        loaded = False
+        last_screen = 0.0
+        try:
+            while not self.stopping and time.monotonic() - began < a.duration:
+                for record in consumer.poll(2000, 0.2):
+                    if record.event is not None:
+                        self._fold(record.offset, record.event)
+                if not loaded and len(self.view.state.cluster.nodes) >= a.nodes:
+                    loaded = True  # jobs go in once the nodes are there, so none is refused as too big
+                    self.start("load", "load", *[f"--trace={a.traces / t}" for t in TRACES], *speed,
+                               "--start", str(a.start), "--limit", str(a.jobs), "--max-gpus", "32",
+                               "--compress", str(a.compress),
+                               "--define-teams", "--gpus", str(a.nodes * 8))
+                if self.reclaim is None and time.monotonic() - began > 0.4 * a.duration:
+                    self._submit_reclaim()
+                if time.monotonic() - last_screen >= 1.0:
+                    self._show(time.monotonic() - began)
+                    last_screen = time.monotonic()
+        finally:
+            consumer.close()
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+
+    def _fold(self, offset: int, event: m.Event) -> None:
+        self.view.fold(offset, event)
+        if isinstance(event, m.JobSubmitted):
+            self.submitted_at.setdefault(event.job_id, event.envelope.at)
+        elif isinstance(event, m.JobPlaced):
+            self.first_placed.setdefault(event.job_id, event.envelope.at)
+
+    def _submit_reclaim(self) -> None:
+        """A team with unused nominal quota, while another borrows, submits a gang within its nominal."""
+        tenancy = self.view.state.tenancy
+        room = {t: tenancy.quota(t, "H100").nominal - tenancy.used(t, "H100") for t in sorted(tenancy.teams)}
+        borrowing = [t for t in sorted(tenancy.teams) if tenancy.borrowed(t, "H100") > 0]
+        lender = max(sorted(room), key=lambda t: room[t], default=None)
+        self.reclaim = ""
+        if lender is None or not borrowing or room[lender] < 8:
+            return
+        workers = min(room[lender], 64) // 8
+        self.reclaim = f"{lender}-reclaim"
+        producer = EventProducer(self.bootstrap, f"demo-launcher-{uuid.uuid4().hex}", self.topics, [CELL])
+        with producer.transaction():
+            producer.produce(m.JobSubmitted(
+                envelope=m.Envelope(event_id=f"launcher-{self.reclaim}", cell=CELL, at=self.clock.now_ms(),
+                                    producer="launcher"),
+                job_id=self.reclaim, team=lender, workers=workers, gpus_per_worker=8, gpu_type="H100",
+                labels={"duration_ms": str(30 * 60_000)}))
+
+    def _show(self, elapsed: float) -> None:
+        header = (f"Gangway demo  {elapsed:5.0f}/{self.args.duration:.0f} s  (event time x{self.args.speedup:g})"
+                  f"   Ctrl-C stops")
+        if sys.stdout.isatty():
+            sys.stdout.write("\x1b[H\x1b[2J" + header + "\n" + self.view.render() + "\n")
+        elif int(elapsed) % 10 == 0:
+            state = self.view.state
+            sys.stdout.write(f"[{elapsed:4.0f} s] offset {state.offset}, {len(state.jobs)} jobs, "
+                             f"{len(state.queued)} queued, {len(state.holding)} holding GPUs\n")
+        sys.stdout.flush()
+
+    def _stop(self, *_: object) -> None:
+        self.stopping = True
+
+    def stop(self) -> None:
+        for child in self.children.values():
+            if child.poll() is None:
+                child.send_signal(signal.SIGTERM)
+        for name, child in self.children.items():
+            try:
+                child.wait(30)
+            except subprocess.TimeoutExpired:
+                child.kill()
+                print(f"gangway demo: {name} did not stop in 30 s; killed", file=sys.stderr)
+
+    def summary(self) -> str:
+        decided = self.view.decided
+        waits = sorted((self.first_placed[j] - self.submitted_at[j]) / 1000 for j in self.first_placed
+                       if j in self.submitted_at)
+        reclaimed = self.reclaim and self.reclaim in self.first_placed
+        lines = [
+            "",
+            "summary",
+            f"  jobs submitted {len(self.submitted_at)}, placed {len(self.first_placed)}, "
+            f"succeeded {decided['JobSucceeded']}, rejected {decided['JobRejected']}",
+            f"  queue wait (event time) median {waits[len(waits) // 2] if waits else 0:.0f} s, "
+            f"max {waits[-1] if waits else 0:.0f} s",
+            f"  preemptions requested {decided['PreemptionRequested']}, preempted {decided['JobPreempted']}"
+            + (f"; reclaim gang {self.reclaim} {'placed' if reclaimed else 'still waiting'}" if self.reclaim else ""),
+            f"  node failures {decided['NodeFailed']}, jobs interrupted {decided['JobInterrupted']}, "
+            f"requeued {decided['JobRequeued']}, failed {decided['JobFailed']}",
+            f"  processes' logs: {self.state_dir}",
+        ]
+        return "\n".join(lines)
