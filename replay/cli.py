@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from types import ModuleType
 
 from events import broker_cli, schemas_cli, topics_cli
-from replay import rebuild
+from replay import rebuild, verify
 from services import demo, fleet_cli, load_cli, run_cli, watch
 from services.simulation import scenario_cli
 
@@ -24,6 +24,7 @@ SUBCOMMANDS: tuple[tuple[str, str, ModuleType], ...] = (
     ("projection", "rebuild a cell's projection from its log, or compare two projections", rebuild),
     ("fleet", "run a simulated fleet of GPU nodes (node agents) on Kafka, with failure injection", fleet_cli),
     ("load", "submit jobs from ITP / Philly traces at their (compressed) submission times", load_cli),
+    ("verify", "re-run each service over a cell's log and check it reproduces every decision it wrote", verify),
     ("scenario", "run scenario files in virtual time and check their expectations", scenario_cli),
 )
 
