@@ -109,15 +109,17 @@ def _problem(state: CellState, e: m.JobSubmitted, offset: int) -> tuple[Reason, 
     return None
 
 
-def queue_order(state: CellState, jobs: list[Job], fair_share: bool, lazy: bool = False) -> Iterator[Job]:
-    """Within-nominal work first, then priority, weighted dominant share, submit order.
+def queue_order(state: CellState, jobs: list[Job], fair_share: bool, lazy: bool = False,
+                nominal_first: bool = True) -> Iterator[Job]:
+    """Within-nominal work first (unless not `nominal_first`), then priority, weighted dominant
+    share, submit order.
 
     With `lazy`, jobs come off a heap as they are asked for, so a cycle that stops early does not
     pay for sorting the whole queue."""
     tenancy = state.tenancy
     teams = sorted({(j.team, j.gpu_type) for j in jobs})
     shares = {t: tenancy.dominant_share_milli(t) for t in sorted({t for t, _ in teams})} if fair_share else {}
-    room = {key: tenancy.quota(*key).nominal - tenancy.used(*key) for key in teams}
+    room = {key: tenancy.quota(*key).nominal - tenancy.used(*key) if nominal_first else 1 << 62 for key in teams}
     keyed = [((j.workers * j.gpus_per_worker > room[(j.team, j.gpu_type)], -j.priority, shares.get(j.team, 0),
                j.submitted_at, j.submit_offset, j.job_id), j) for j in jobs]
     if not lazy:
@@ -142,7 +144,7 @@ def admission_cycle(state: CellState, ctx: Context, only: Job | None = None, ref
     if not waiting:
         return []
     quiet = not refresh and only is None and policy.backfill
-    order = queue_order(state, waiting, policy.fair_share, lazy=quiet)
+    order = queue_order(state, waiting, policy.fair_share, lazy=quiet, nominal_first=policy.nominal_first)
     reserved_by = {node: job for job, nodes in state.reservations.items() for node in nodes}
     reservations = set(state.reservations)
     view = CapacityView(state.cluster)

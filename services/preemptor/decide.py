@@ -46,7 +46,8 @@ class Preemptor:
                 decisions.extend(preempt_for(state, job, ctx))
         elif isinstance(event, m.Tick):
             waiting = [state.jobs[j] for j in state.queued if state.jobs[j].not_before <= ctx.now]
-            for job in itertools.islice(queue_order(state, waiting, ctx.policy.admission.fair_share, lazy=True),
+            for job in itertools.islice(queue_order(state, waiting, ctx.policy.admission.fair_share, lazy=True,
+                                                    nominal_first=ctx.policy.admission.nominal_first),
                                         CANDIDATES_PER_TICK):
                 chosen = preempt_for(state, job, ctx)
                 decisions.extend(chosen)
