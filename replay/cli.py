@@ -8,12 +8,14 @@ from collections.abc import Sequence
 from types import ModuleType
 
 from events import broker_cli, schemas_cli, topics_cli
+from services.simulation import sim_cli
 
 # Each module provides `add_arguments(parser)` and `run(args) -> int`.
 SUBCOMMANDS: tuple[tuple[str, str, ModuleType], ...] = (
     ("kafka", "start, stop or inspect the local Apache Kafka broker (no Docker needed)", broker_cli),
     ("topics", "create Gangway's topics and print the topic catalogue", topics_cli),
     ("schemas", "list, check, write and release the Avro event schemas", schemas_cli),
+    ("sim", "replay job traces in virtual time under a policy (or compare policies) and measure", sim_cli),
 )
 
 

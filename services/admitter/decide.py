@@ -17,6 +17,7 @@ from events.models import Reason
 from projections.cell import CellState
 from projections.cluster import CELL
 from projections.jobs import Job, JobState
+from projections.tenancy import Admissibility
 from services.decider import Context
 from services.placement import CapacityView, Placement, Unplaceable
 
@@ -27,6 +28,8 @@ CYCLE_TRIGGERS = (
     m.SpareActivated, m.QuotaSet, m.TeamDefined, m.CohortDefined, m.Tick,
 )
 
+#: Quota limits of the cohort's shared pool (not of the team itself): a full pool is a full cell.
+_POOL_LIMITS = frozenset({"cohort", "reclaim"})
 _QUOTA_REASONS = {"nominal": Reason.QUOTA_EXHAUSTED, "borrowing_limit": Reason.BORROWING_LIMIT,
                   "cohort": Reason.COHORT_EXHAUSTED, "reclaim": Reason.COHORT_EXHAUSTED}
 
@@ -158,13 +161,33 @@ def admission_cycle(state: CellState, ctx: Context, only: Job | None = None, ref
     say_why = _quiet if quiet else _requeue_reason
     quota_blocked: dict[tuple[str, str], int] = {}  # smallest gang a team's quota refused this cycle
     free_left = {t: _free_gpus(state, t) for t in state.cluster.gpu_types()} if quiet else {}
+    fits: dict[tuple[str, str, int], Admissibility] = {}  # quota checks against `usage`, until it changes
+
+    def reserve(job: Job) -> bool:
+        """Holds nodes for a blocked gang that waited long enough, while fewer than the most gangs do."""
+        waited = now - max(job.submitted_at, job.not_before)
+        if waited < policy.reservation_after_ms or len(reservations) >= policy.max_reservations:
+            return False
+        nodes = reservation_for(state, job, reserved_by)
+        if not nodes:
+            return False
+        reservations.add(job.job_id)
+        for name in nodes:
+            reserved_by[name] = job.job_id
+        decisions.append(m.JobQueued(envelope=ctx.envelope(Reason.HOLDS_RESERVATION, job.job_id),
+                                     job_id=job.job_id, team=job.team, reserved_nodes=nodes,
+                                     detail=f"nodes drain for this gang: {', '.join(nodes)}"))
+        return True
+
     for job in order:
         key = (job.gpu_type, job.gpus_per_worker)
         if quiet and not any(free_left.values()):
             break  # nothing left to admit into
+        # A reservation holder also sees its reserved nodes: another gang's lack of room says nothing about it.
+        shortcut = job.topology_required is None and job.job_id not in reservations
         if quiet and (
                 job.gpus >= quota_blocked.get((job.team, job.gpu_type), job.gpus + 1)
-                or (key in no_room and job.workers >= no_room[key] and job.topology_required is None)):
+                or (shortcut and key in no_room and job.workers >= no_room[key])):
             continue
         if head_blocked:
             say_why(decisions, job, Reason.WAITING_FOR_QUEUE_HEAD, "strict FIFO: the head of the queue waits", ctx)
@@ -174,16 +197,25 @@ def admission_cycle(state: CellState, ctx: Context, only: Job | None = None, ref
             say_why(decisions, job, Reason.ADMISSION_LIMIT_PER_CYCLE,
                             f"team {job.team} already admitted {limit} gang(s) this cycle", ctx)
             continue
-        fit = state.tenancy.admissible(job.team, job.gpu_type, job.gpus, policy.borrowing, usage)
+        fit = fits.get((job.team, job.gpu_type, job.gpus))
+        if fit is None:
+            fit = fits[(job.team, job.gpu_type, job.gpus)] = state.tenancy.admissible(
+                job.team, job.gpu_type, job.gpus, policy.borrowing, usage)
         if not fit.fits:
             quota_blocked[(job.team, job.gpu_type)] = min(quota_blocked.get((job.team, job.gpu_type), job.gpus), job.gpus)
+            if not policy.backfill:
+                head_blocked = True  # strict FIFO: a head that its quota stops blocks the queue too
+            elif fit.limit in _POOL_LIMITS and (job.job_id in reservations or reserve(job)):
+                continue  # the cohort's pool is used up, which drains like a full cell: the gang holds nodes
+            if quiet or job.reason is _QUOTA_REASONS[fit.limit]:
+                continue  # nothing to restate: skip building the detail
             quota = state.tenancy.quota(job.team, job.gpu_type)
             say_why(decisions, job, _QUOTA_REASONS[fit.limit],
                             f"team {job.team} uses {usage.get((job.team, job.gpu_type), 0)} of nominal "
                             f"{quota.nominal} {job.gpu_type}; {job.gpus} more exceed its {fit.limit.replace('_', ' ')}",
                             ctx)
             continue
-        if key in no_room and job.workers >= no_room[key] and job.topology_required is None:
+        if shortcut and key in no_room and job.workers >= no_room[key]:
             outcome: Placement | Unplaceable = Unplaceable(Reason.INSUFFICIENT_FREE_GPUS,
                                                             f"no room for {job.gpus} {job.gpu_type} GPUs now")
         else:
@@ -193,27 +225,23 @@ def admission_cycle(state: CellState, ctx: Context, only: Job | None = None, ref
             decisions.append(_admit(state, job, fit.borrowed, outcome, ctx))
             view.hold(outcome)
             usage[(job.team, job.gpu_type)] = usage.get((job.team, job.gpu_type), 0) + job.gpus
+            fits.clear()  # quota checks depend on usage
+            if job.job_id in reservations:  # its reserved nodes are free for the rest of the cycle (as evolve will do)
+                reservations.discard(job.job_id)
+                for name in [n for n, holder in reserved_by.items() if holder == job.job_id]:
+                    del reserved_by[name]
             if quiet:
                 free_left[job.gpu_type] -= job.gpus
             admitted_per_team[job.team] = admitted_per_team.get(job.team, 0) + 1
             continue
-        if job.topology_required is None and outcome.reason is Reason.INSUFFICIENT_FREE_GPUS:
+        if shortcut and outcome.reason is Reason.INSUFFICIENT_FREE_GPUS:
             no_room[key] = min(no_room.get(key, job.workers), job.workers)
         if not policy.backfill:
             head_blocked = True
         if job.job_id in reservations:
             continue  # keeps its reservation and its reason
-        waited = now - max(job.submitted_at, job.not_before)
-        if policy.backfill and waited >= policy.reservation_after_ms and len(reservations) < policy.max_reservations:
-            nodes = reservation_for(state, job, reserved_by)
-            if nodes:
-                reservations.add(job.job_id)
-                for name in nodes:
-                    reserved_by[name] = job.job_id
-                decisions.append(m.JobQueued(envelope=ctx.envelope(Reason.HOLDS_RESERVATION, job.job_id),
-                                             job_id=job.job_id, team=job.team, reserved_nodes=nodes,
-                                             detail=f"nodes drain for this gang: {', '.join(nodes)}"))
-                continue
+        if policy.backfill and reserve(job):
+            continue
         say_why(decisions, job, outcome.reason, outcome.detail, ctx)
     return decisions
 

@@ -15,6 +15,7 @@ import itertools
 from events import models as m
 from events.models import Reason
 from projections.cell import CellState
+from projections.cluster import CELL
 from projections.jobs import Job, JobState
 from services.admitter.decide import queue_order
 from services.decider import Context
@@ -73,17 +74,26 @@ def preempt_for(state: CellState, job: Job, ctx: Context) -> list[m.Decision]:
         return []  # the admitter will admit it without anyone's help
     candidates = _candidates(state, job, ctx)
     usage = dict(state.tenancy.usage)
-    chosen: list[Job] = []
+    eligible: list[Job] = []
     for (category, *_), victim in candidates:
         key = (victim.team, victim.gpu_type)
         if victim.team != job.team and usage.get(key, 0) <= state.tenancy.quota(*key).nominal:
             continue  # that team no longer borrows: never preempt a team within its nominal
-        chosen.append(victim)
+        eligible.append(victim)
         usage[key] = usage.get(key, 0) - victim.gpus
-        if _admissible_after(state, job, chosen, ctx):
-            break
-    else:
+    # The shortest prefix of `eligible` after whose eviction the job is admissible. Evicting more
+    # never makes it less admissible (quota use only falls, free slots only grow), so one check of
+    # the whole list says whether any prefix works, and a binary search finds the shortest.
+    if not eligible or not _admissible_after(state, job, eligible, ctx):
         return []
+    low, high = 1, len(eligible)
+    while low < high:
+        middle = (low + high) // 2
+        if _admissible_after(state, job, eligible[:middle], ctx):
+            high = middle
+        else:
+            low = middle + 1
+    chosen = eligible[:low]
     for victim in list(reversed(chosen)):  # drop victims the others make unnecessary
         rest = [v for v in chosen if v is not victim]
         if rest and _admissible_after(state, job, rest, ctx):
@@ -121,47 +131,74 @@ def _candidates(state: CellState, job: Job, ctx: Context) -> list[tuple[tuple, J
     policy = ctx.policy.preemption
     tenancy = state.tenancy
     now = ctx.now
-    pool = set(tenancy.pool_members(job.team))
-    within_nominal = tenancy.used(job.team, job.gpu_type) + job.gpus <= tenancy.quota(job.team, job.gpu_type).nominal
+    gpu_type = job.gpu_type
+    pool = tenancy.pool_members(job.team)
+    within_nominal = tenancy.used(job.team, gpu_type) + job.gpus <= tenancy.quota(job.team, gpu_type).nominal
     usage = tenancy.usage
-    teams = {t for t in pool if t != job.team and tenancy.borrowed(t, job.gpu_type) > 0}
+    borrowing = {t for t in pool if usage.get((t, gpu_type), 0) > tenancy.quota(t, gpu_type).nominal}
+    teams = borrowing - {job.team}
     if policy.priority:
         teams.add(job.team)
+    protected_after = now - policy.min_runtime_ms  # a job running since later is protected
+    checkpoint_aware = policy.checkpoint_aware
     out = []
     # Visit order does not matter: the candidates are sorted by a total key below.
-    for victim_id in [v for t in sorted(teams) for v in state.holding_by_team.get(t, ())]:
-        victim = state.jobs[victim_id]
-        if (victim.state not in (JobState.RUNNING, JobState.PLACED) or not victim.preemptible
-                or victim.gpu_type != job.gpu_type or victim.job_id == job.job_id):
+    for team in sorted(teams):
+        # victims of another team in the pool only while it borrows; of the job's own team by priority
+        reclaim = policy.reclaim_lent_quota and within_nominal and team != job.team
+        by_priority = policy.priority and (team == job.team or team in borrowing)
+        if not reclaim and not by_priority:
             continue
-        if victim.running_since is None or now - victim.running_since < policy.min_runtime_ms:
-            continue  # not running yet, or protected after a (re)start
-        borrowing = usage.get((victim.team, victim.gpu_type), 0) > tenancy.quota(victim.team, victim.gpu_type).nominal
-        if (policy.reclaim_lent_quota and within_nominal and victim.team != job.team and victim.team in pool
-                and borrowing):
-            category = Reason.RECLAIM_LENT_QUOTA
-        elif policy.priority and victim.priority < job.priority and (
-                victim.team == job.team or (victim.team in pool and borrowing)):
-            category = Reason.HIGHER_PRIORITY
-        else:
-            continue
-        rank = 0 if category is Reason.RECLAIM_LENT_QUOTA else 1
-        lost = _lost_work_gpu_ms(victim, now) if policy.checkpoint_aware else 0
-        started = -(victim.running_since or 0)  # without checkpoint awareness: newest first, as Kueue does
-        out.append(((category, rank, lost, started if not policy.checkpoint_aware else 0, -victim.gpus,
-                     victim.job_id), victim))
+        for victim_id in state.holding_by_team.get(team, ()):
+            victim = state.jobs[victim_id]
+            if (victim.gpu_type != gpu_type or not victim.preemptible or victim_id == job.job_id
+                    or victim.state not in (JobState.RUNNING, JobState.PLACED)):
+                continue
+            if victim.running_since is None or victim.running_since > protected_after:
+                continue  # not running yet, or protected after a (re)start
+            if reclaim:
+                category, rank = Reason.RECLAIM_LENT_QUOTA, 0
+            elif by_priority and victim.priority < job.priority:
+                category, rank = Reason.HIGHER_PRIORITY, 1
+            else:
+                continue
+            if checkpoint_aware:
+                key = (category, rank, _lost_work_gpu_ms(victim, now), 0, -victim.gpus, victim_id)
+            else:  # without checkpoint awareness: newest first, as Kueue does
+                key = (category, rank, 0, -victim.running_since, -victim.gpus, victim_id)
+            out.append((key, victim))
     out.sort(key=lambda c: c[0][1:])
     return out
 
 
 def _admissible_after(state: CellState, job: Job, victims: list[Job], ctx: Context) -> bool:
     usage = dict(state.tenancy.usage)
-    view = CapacityView(state.cluster)
     for victim in victims:
         key = (victim.team, victim.gpu_type)
         usage[key] = usage.get(key, 0) - victim.gpus
-        view.release(victim)
     if not state.tenancy.admissible(job.team, job.gpu_type, job.gpus, ctx.policy.admission.borrowing, usage).fits:
         return False
+    if not _enough_slots_after(state, job, victims):
+        return False  # cheap necessary condition, before the placement itself
+    view = CapacityView(state.cluster)
+    for victim in victims:
+        view.release(victim)
     excluded = [n for holder, nodes in state.reservations.items() if holder != job.job_id for n in nodes]
     return isinstance(view.place(job, ctx.policy.placement, excluded), Placement)
+
+
+def _enough_slots_after(state: CellState, job: Job, victims: list[Job]) -> bool:
+    """Whether the cell would have `job.workers` slots of `job.gpus_per_worker` GPUs once the victims'
+    GPUs are free, ignoring reservations and topology: necessary for a placement, never sufficient."""
+    cluster, g = state.cluster, job.gpus_per_worker
+    histogram = cluster.histogram.get((job.gpu_type, CELL, ""), ())
+    slots = sum(count * (free // g) for free, count in enumerate(histogram) if free >= g)
+    freed: dict[str, int] = {}
+    for victim in victims:
+        for _, name, gpus in victim.assignments:
+            freed[name] = freed.get(name, 0) + len(gpus)
+    for name, extra in freed.items():
+        if name in cluster.counted:  # schedulable
+            before = cluster.counted[name]
+            slots += (before + extra) // g - before // g
+    return slots >= job.workers

@@ -133,6 +133,9 @@ class RunOutcome:
     jct_s: list[float]
     events: int
     wall_s: float
+    per_job: dict[str, tuple[str, float | None, float | None]] = field(default_factory=dict)  # id -> (state, queue s, JCT s)
+    private_events: int = 0  # the private-cluster runs, when there are any
+    private_wall_s: float = 0.0
 
 
 # --- building the cell and the workload -----------------------------------------------------------
@@ -235,7 +238,7 @@ def make_workload(rows: Sequence[TraceJob], nodes: list[NodeSpec], seed: int = 0
         capacity[n.gpu_type] = capacity.get(n.gpu_type, 0) + n.gpus
     types = sorted(capacity)
     rng = random.Random(seed)
-    jobs, numbers = [], {}
+    jobs = []
     for row in rows:
         if len(types) == 1:
             gpu_type = types[0]
@@ -243,8 +246,7 @@ def make_workload(rows: Sequence[TraceJob], nodes: list[NodeSpec], seed: int = 0
             fits = [t for t in types if capacity[t] >= row.gpus] or [max(types, key=lambda t: (capacity[t], t))]
             gpu_type = rng.choices(fits, weights=[capacity[t] for t in fits])[0]
         workers, per_worker = gang_shape(row.gpus, sizes[gpu_type])
-        number = numbers[row.cluster] = numbers.get(row.cluster, -1) + 1
-        jobs.append(SimJob(f"{row.cluster}-{number:05d}", row.cluster, row.submit_s * 1000, row.duration_s * 1000,
+        jobs.append(SimJob(f"{row.cluster}-{row.row:05d}", row.cluster, row.submit_s * 1000, row.duration_s * 1000,
                            workers * per_worker, gpu_type, workers, per_worker))
     quotas: dict[str, dict[str, int]] = {team: {} for team in sorted({j.team for j in jobs})}
     for gpu_type in types:
@@ -430,12 +432,12 @@ def simulate(workload: Workload, policy: Policy, config: SimConfig, progress: Pr
         cell.schedule(m.GpuErrorReported(envelope=cell.envelope(at, f"agent/{node}"), node=node, gpu=gpu, xid=xid,
                                          message="simulated hardware failure"))
     _play(cell, meter, len(workload.jobs), progress)
-    metrics = _metrics(cell, workload, meter, start)
+    metrics, per_job = _metrics(cell, workload, meter, start)
     series = {"sample_s": meter.sample_ms // 1000, "start_s": start // 1000,
               "gpus_in_use": [a for _, a, _ in meter.samples], "jobs_waiting": [w for _, _, w in meter.samples]}
     jct = sorted((j.ended_at - j.submitted_at) / 1000 for j in cell.state.jobs.values()
                  if j.state is JobState.SUCCEEDED)
-    return RunOutcome(metrics, series, jct, len(cell.log), time.perf_counter() - wall0)
+    return RunOutcome(metrics, series, jct, len(cell.log), time.perf_counter() - wall0, per_job)
 
 
 def _configure(cell: VirtualCell, workload: Workload, config: SimConfig, start: int) -> None:
@@ -503,8 +505,9 @@ def _r(x: float, digits: int = 1) -> float:
     return round(x, digits)
 
 
-def _metrics(cell: VirtualCell, workload: Workload, meter: Meter, start: int) -> dict:
+def _metrics(cell: VirtualCell, workload: Workload, meter: Meter, start: int) -> tuple[dict, dict]:
     state = cell.state
+    per_job: dict[str, tuple[str, float | None, float | None]] = {}
     jct: list[int] = []
     queue: list[int] = []
     per_team: dict[str, dict] = {t: {"jobs": 0, "queue_ms": 0, "jct_ms": 0, "succeeded": 0} for t in workload.teams}
@@ -525,15 +528,23 @@ def _metrics(cell: VirtualCell, workload: Workload, meter: Meter, start: int) ->
             team["queue_ms"] += waited
             team["jct_ms"] += total
             team["succeeded"] += 1
+            last_end = max(last_end, job.ended_at)
             useful += durations[job_id] * job.gpus
-        elif job.state.value in counts:
+            per_job[job_id] = (job.state.value, waited / 1000, total / 1000)
+            continue
+        per_job[job_id] = (job.state.value, None, None)
+        if job.ended_at is not None:
+            last_end = max(last_end, job.ended_at)
+        if job.state.value in counts:
             counts[job.state.value] += 1
         else:
             counts["unfinished"] += 1
-        if job.ended_at is not None:
-            last_end = max(last_end, job.ended_at)
     jct.sort()
     queue.sort()
+    return _metric_dict(state, counts, jct, queue, last_end, start, meter, useful, per_team, workload), per_job
+
+
+def _metric_dict(state, counts, jct, queue, last_end, start, meter, useful, per_team, workload) -> dict:
     n = len(jct) or 1
     return {
         "jobs": len(state.jobs),
@@ -575,7 +586,8 @@ def run(workload: Workload, policy_name: str, config: SimConfig, progress: Progr
             if not alone.jobs:
                 continue
             private = simulate(alone, policy, config, private_progress(team) if private_progress else None)
-            outcome.events += private.events
+            outcome.private_events += private.events
+            outcome.private_wall_s += private.wall_s
             entry = metrics["per_team"][team]
             entry["private_avg_queue_s"] = private.metrics["avg_queue_s"]
     elif len(workload.teams) == 1:  # alone already: the shared cell is the team's private cluster

@@ -26,6 +26,7 @@ class TraceJob(NamedTuple):
     submit_s: int
     duration_s: int
     gpus: int
+    row: int = 0  # position in its file (0 = first job)
 
 
 class TraceNode(NamedTuple):
@@ -68,7 +69,7 @@ def read_jobs(paths: Iterable[Path]) -> list[TraceJob]:
                 raise ValueError(f"{path}: not an ITP or Philly job trace (columns {reader.fieldnames})")
             submit, duration, gpus = columns
             for i, row in enumerate(reader):
-                job = TraceJob(path.stem, int(float(row[submit])), int(float(row[duration])), int(float(row[gpus])))
+                job = TraceJob(path.stem, int(float(row[submit])), int(float(row[duration])), int(float(row[gpus])), i)
                 if job.gpus > 0:
                     rows.append((job.submit_s, path.stem, i, job))
     rows.sort(key=lambda r: r[:3])

@@ -12,6 +12,8 @@ IO_LIBRARIES = {"confluent_kafka", "rocksdict", "fastavro", "time", "random", "u
 SHELL_MODULES = {
     "projections/store.py", "projections/api.py", "services/shell.py", "services/runner.py",
     "services/clock.py", "services/cli.py",
+    # the trace-driven simulator: wall-clock timing, seeded failure draws, files and plots
+    "services/simulation/sim.py", "services/simulation/sim_cli.py", "services/simulation/report.py",
 }
 
 
