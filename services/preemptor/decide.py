@@ -47,10 +47,11 @@ class Preemptor:
                 decisions.extend(preempt_for(state, job, ctx))
         elif isinstance(event, m.Tick):
             waiting = [state.jobs[j] for j in state.queued if state.jobs[j].not_before <= ctx.now]
+            memo: dict[tuple, list] = {}  # victims by what they depend on: the state does not change in this loop
             for job in itertools.islice(queue_order(state, waiting, ctx.policy.admission.fair_share, lazy=True,
                                                     nominal_first=ctx.policy.admission.nominal_first),
                                         CANDIDATES_PER_TICK):
-                chosen = preempt_for(state, job, ctx)
+                chosen = preempt_for(state, job, ctx, memo)
                 decisions.extend(chosen)
                 if chosen:
                     break  # one beneficiary per tick: the next tick sees the victims as preempting
@@ -62,8 +63,9 @@ def _preempted(victim: Job, reason: Reason, checkpoint_id: str | None, ctx: Cont
                           for_job_id=victim.preempted_for or "", checkpoint_id=checkpoint_id)
 
 
-def preempt_for(state: CellState, job: Job, ctx: Context) -> list[m.Decision]:
-    """PreemptionRequested for the victims that make `job` admissible, or nothing."""
+def preempt_for(state: CellState, job: Job, ctx: Context, memo: dict[tuple, list] | None = None) -> list[m.Decision]:
+    """PreemptionRequested for the victims that make `job` admissible, or nothing. `memo` keeps candidate
+    victims across calls on one unchanged state."""
     policy = ctx.policy.preemption
     if (job.state is not JobState.QUEUED or job.not_before > ctx.now
             or ctx.now - max(job.submitted_at, job.not_before) < policy.wait_before_preempting_ms
@@ -72,15 +74,15 @@ def preempt_for(state: CellState, job: Job, ctx: Context) -> list[m.Decision]:
         return []
     if _admissible_after(state, job, [], ctx):
         return []  # the admitter will admit it without anyone's help
-    candidates = _candidates(state, job, ctx)
-    usage = dict(state.tenancy.usage)
-    eligible: list[Job] = []
-    for (category, *_), victim in candidates:
-        key = (victim.team, victim.gpu_type)
-        if victim.team != job.team and usage.get(key, 0) <= state.tenancy.quota(*key).nominal:
-            continue  # that team no longer borrows: never preempt a team within its nominal
-        eligible.append(victim)
-        usage[key] = usage.get(key, 0) - victim.gpus
+    tenancy = state.tenancy
+    within_nominal = tenancy.used(job.team, job.gpu_type) + job.gpus <= tenancy.quota(job.team, job.gpu_type).nominal
+    memo_key = (job.team, job.gpu_type, job.priority, within_nominal)  # all the victims depend on
+    found = memo.get(memo_key) if memo is not None else None
+    if found is None:
+        found = _victims(state, job, ctx)
+        if memo is not None:
+            memo[memo_key] = found
+    candidates, eligible = found
     # The shortest prefix of `eligible` after whose eviction the job is admissible. Evicting more
     # never makes it less admissible (quota use only falls, free slots only grow), so one check of
     # the whole list says whether any prefix works, and a binary search finds the shortest.
@@ -105,6 +107,22 @@ def preempt_for(state: CellState, job: Job, ctx: Context) -> list[m.Decision]:
                               for_job_id=job.job_id, checkpoint_deadline=deadline)
         for v in sorted(chosen, key=lambda v: v.job_id)
     ]
+
+
+def _victims(state: CellState, job: Job, ctx: Context) -> tuple[list[tuple[tuple, Job]], list[Job]]:
+    """(candidates with their sort keys, the victims in order that may be taken): a team of the pool
+    stops giving victims once it no longer borrows."""
+    candidates = _candidates(state, job, ctx)
+    usage = dict(state.tenancy.usage)
+    nominal = {t: state.tenancy.quota(t, job.gpu_type).nominal for t in state.tenancy.pool_members(job.team)}
+    eligible: list[Job] = []
+    for _, victim in candidates:
+        key = (victim.team, victim.gpu_type)
+        if victim.team != job.team and usage.get(key, 0) <= nominal.get(victim.team, 0):
+            continue  # that team no longer borrows: never preempt a team within its nominal
+        eligible.append(victim)
+        usage[key] = usage.get(key, 0) - victim.gpus
+    return candidates, eligible
 
 
 def _may_have_victims(state: CellState, job: Job, ctx: Context) -> bool:
@@ -188,17 +206,21 @@ def _admissible_after(state: CellState, job: Job, victims: list[Job], ctx: Conte
 
 
 def _enough_slots_after(state: CellState, job: Job, victims: list[Job]) -> bool:
-    """Whether the cell would have `job.workers` slots of `job.gpus_per_worker` GPUs once the victims'
-    GPUs are free, ignoring reservations and topology: necessary for a placement, never sufficient."""
+    """Whether the cell would have `job.workers` slots of `job.gpus_per_worker` GPUs outside other gangs'
+    reservations once the victims' GPUs are free, ignoring topology: necessary for a placement, not sufficient."""
     cluster, g = state.cluster, job.gpus_per_worker
     histogram = cluster.histogram.get((job.gpu_type, CELL, ""), ())
     slots = sum(count * (free // g) for free, count in enumerate(histogram) if free >= g)
+    reserved = {n for holder, nodes in state.reservations.items() if holder != job.job_id for n in nodes}
+    for name in reserved:
+        if name in cluster.counted and cluster.nodes[name].gpu_type == job.gpu_type:
+            slots -= cluster.counted[name] // g
     freed: dict[str, int] = {}
     for victim in victims:
         for _, name, gpus in victim.assignments:
             freed[name] = freed.get(name, 0) + len(gpus)
     for name, extra in freed.items():
-        if name in cluster.counted:  # schedulable
+        if name in cluster.counted and name not in reserved:  # schedulable, not held for another gang
             before = cluster.counted[name]
             slots += (before + extra) // g - before // g
     return slots >= job.workers
