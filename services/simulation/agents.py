@@ -5,8 +5,7 @@ schedule their reports in virtual time, so a run is deterministic.
 Costs: a restarted attempt (after a preemption or a failure) first spends `restart_cost_ms`
 loading its checkpoint, and every periodic checkpoint pauses training for `checkpoint_cost_ms`;
 neither makes progress, so both lengthen the job. A node whose GPU failed is repaired after
-`repair_ms`: a retired GPU is replaced (the node registers again), a cordoned node passes its
-health checks."""
+`repair_ms` and registers again."""
 
 from __future__ import annotations
 
@@ -131,12 +130,13 @@ class SimulatedAgents:
             self._schedule_checkpoint(cell, job.job_id, job.attempt, at, self.progress(job.job_id, job.attempt, at))
 
     def _repair(self, cell, fault: m.GpuFaulted) -> None:
-        """Hardware comes back `repair_ms` after a fault: a retired GPU is replaced, a cordoned node is healthy again."""
-        at = fault.envelope.at + self.timing.repair_ms
-        producer = f"agent/{fault.node}"
-        if fault.action is m.XidAction.RETIRE_GPU and fault.node in self._nodes:
-            spec = self._nodes[fault.node]
-            cell.schedule(m.NodeRegistered(envelope=cell.envelope(at, producer), node=spec.node, gpu_type=spec.gpu_type,
-                                           gpus=spec.gpus, labels=spec.labels, spare=spec.spare))
-        elif fault.action is m.XidAction.CORDON_NODE:
-            cell.schedule(m.NodeHealthCheckPassed(envelope=cell.envelope(at, producer), node=fault.node))
+        """Hardware comes back `repair_ms` after a fault that took it out of service (a retired GPU or a
+        cordoned node): the repaired node registers again, as new. (A health check would not do: the node
+        would then have a last heartbeat, and without heartbeats it would soon be declared silent.)"""
+        if fault.action is m.XidAction.JOB_ONLY or fault.node not in self._nodes:
+            return
+        spec = self._nodes[fault.node]
+        cell.schedule(m.NodeRegistered(envelope=cell.envelope(fault.envelope.at + self.timing.repair_ms,
+                                                              f"agent/{fault.node}"),
+                                       node=spec.node, gpu_type=spec.gpu_type, gpus=spec.gpus, labels=spec.labels,
+                                       spare=spec.spare))

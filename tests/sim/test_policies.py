@@ -134,10 +134,10 @@ def test_kueue_like_reclaims_without_checkpoint_awareness(traces):
     reclaim(traces)
     result, outcome = run(traces, "kueue-like", 16)
     waits = {job: waited for job, (_, waited, _) in outcome.per_job.items()}
-    assert waits["lender-00000"] == 50  # evicted at the next tick (3,060 s), no checkpoint grace
+    assert waits["lender-00000"] == 0  # the victim is evicted at once, with no checkpoint grace
     assert result["metrics"]["preemptions"] == 1
-    # the victim resumes from its last periodic checkpoint (1,800 s): 1,260 s x 8 GPUs are lost
-    assert result["metrics"]["gpu_hours_lost"] == 2.8
+    # it resumes from its last periodic checkpoint (1,800 s): 1,210 s x 8 GPUs are lost
+    assert result["metrics"]["gpu_hours_lost"] == 2.7
 
 
 def test_fifo_never_preempts_so_the_lender_waits(traces):
