@@ -331,7 +331,8 @@ class Meter:
             self._job_event(cell, event, kind, offset, at)
         elif kind is m.GpuErrorReported:
             self.gpu_failures += 1
-        self._snapshot(cell)
+        if kind not in _KEEP_COUNTS:
+            self._snapshot(cell)
 
     def _snapshot(self, cell: VirtualCell) -> None:
         """The state's GPU counts after this event: they hold until the next event's time."""
@@ -397,6 +398,9 @@ class Meter:
         self.lost_gpu_ms += max(0, progress - kept) * job.gpus
 
 
+#: Events after which GPUs allocated, GPUs free and jobs waiting are what they were before.
+_KEEP_COUNTS = frozenset({m.CheckpointCompleted, m.WorkerStarted, m.WorkerExited, m.Tick, m.JobQueued,
+                          m.PreemptionRequested, m.GpuErrorReported})
 _ENDINGS = frozenset({m.JobSucceeded, m.JobFailed, m.JobCancelled, m.JobRejected})
 _JOB_EVENTS = frozenset({m.JobSubmitted, m.JobAdmitted, m.JobPlaced, m.PlacementPending, m.JobPreempted,
                          m.JobInterrupted, *_ENDINGS})
