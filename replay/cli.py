@@ -10,7 +10,7 @@ from types import ModuleType
 from events import broker_cli, schemas_cli, topics_cli
 from replay import rebuild, verify
 from services import demo, fleet_cli, load_cli, run_cli, watch
-from services.simulation import scenario_cli
+from services.simulation import scenario_cli, sim_cli
 
 # Each module provides `add_arguments(parser)` and `run(args) -> int`.
 SUBCOMMANDS: tuple[tuple[str, str, ModuleType], ...] = (
@@ -26,6 +26,7 @@ SUBCOMMANDS: tuple[tuple[str, str, ModuleType], ...] = (
     ("load", "submit jobs from ITP / Philly traces at their (compressed) submission times", load_cli),
     ("verify", "re-run each service over a cell's log and check it reproduces every decision it wrote", verify),
     ("scenario", "run scenario files in virtual time and check their expectations", scenario_cli),
+    ("sim", "replay job traces in virtual time under a policy (or compare policies) and measure", sim_cli),
 )
 
 

@@ -90,9 +90,15 @@ class CapacityView:
             node = self.cluster.nodes.get(name)
             if node is None or not node.schedulable:
                 continue
-            before = self.free(node)
-            self.released.setdefault(name, set()).update(gpus)
-            self._set_free(node, before, len(self.free_indices(node)))
+            released = self.released.setdefault(name, set())
+            taken = self.taken.get(name, ())
+            # GPUs that become free in this view: held in the folded state, not yet released, healthy, not taken
+            freed = sum(1 for g in gpus if g in node.holder and g not in released and g not in node.retired
+                        and g not in taken)
+            released.update(gpus)
+            if freed:
+                before = self.free(node)
+                self._set_free(node, before, before + freed)
 
     def _histogram(self, key: tuple[str, int, str], excluded: dict[str, Node]) -> list[int]:
         histogram = self.histogram.get(key) or self.cluster.histogram.get(key) or [0]

@@ -33,6 +33,8 @@ CYCLE_TRIGGERS = (
     m.SpareActivated, m.QuotaSet, m.TeamDefined, m.CohortDefined, m.Tick,
 )
 
+#: Quota limits of the cohort's shared pool (not of the team itself): a full pool is a full cell.
+_POOL_LIMITS = frozenset({"cohort", "reclaim"})
 _QUOTA_REASONS = {"nominal": Reason.QUOTA_EXHAUSTED, "borrowing_limit": Reason.BORROWING_LIMIT,
                   "cohort": Reason.COHORT_EXHAUSTED, "reclaim": Reason.COHORT_EXHAUSTED}
 
@@ -140,9 +142,9 @@ def _problem(state: CellState, e: m.JobSubmitted, offset: int) -> tuple[Reason, 
     return None
 
 
-def queue_order(state: CellState, jobs: list[Job], fair_share: bool) -> Iterator[Job]:
+def queue_order(state: CellState, jobs: list[Job], fair_share: bool, nominal_first: bool = True) -> Iterator[Job]:
     """`jobs` in queue order, lazily (the preemptor looks at the first few)."""
-    key = order_key(state, fair_share)
+    key = order_key(state, fair_share, nominal_first)
     keyed = [(key(j), j) for j in jobs]
     heapq.heapify(keyed)
     return (heapq.heappop(keyed)[1] for _ in range(len(keyed)))
@@ -154,7 +156,7 @@ def admission_cycle(state: CellState, ctx: Context, only: Job | None = None, ref
     policy = ctx.policy.admission
     now = ctx.now
     quiet = not refresh and only is None and policy.backfill
-    key = order_key(state, policy.fair_share)
+    key = order_key(state, policy.fair_share, policy.nominal_first)
     if only is not None:
         order = WaitingGangs(state, now, key, [[only.job_id]])
     else:
@@ -174,11 +176,28 @@ def admission_cycle(state: CellState, ctx: Context, only: Job | None = None, ref
     # Without `refresh`, only admissions are decided; why the others still wait is restated on the next Tick.
     say_why = _quiet if quiet else _requeue_reason
 
-    def refuse(job: Job, reason: Reason, detail: str) -> None:
+    def refuse(job: Job, reason: Reason, detail: str, itself: bool = True) -> None:
         """The job waits, and so does the rest of its group, for the same reason."""
         for waiting in order.refused():
             say_why(decisions, waiting, reason, detail, ctx)
-        say_why(decisions, job, reason, detail, ctx)
+        if itself:
+            say_why(decisions, job, reason, detail, ctx)
+
+    def reserve(job: Job) -> bool:
+        """Holds nodes for a blocked gang that waited long enough, while fewer than the most gangs do."""
+        waited = now - max(job.submitted_at, job.not_before)
+        if waited < policy.reservation_after_ms or len(reservations) >= policy.max_reservations:
+            return False
+        nodes = reservation_for(state, job, reserved_by)
+        if not nodes:
+            return False
+        reservations[job.job_id] = tuple(nodes)
+        for name in nodes:
+            reserved_by[name] = job.job_id
+        decisions.append(m.JobQueued(envelope=ctx.envelope(Reason.HOLDS_RESERVATION, job.job_id),
+                                     job_id=job.job_id, team=job.team, reserved_nodes=nodes,
+                                     detail=f"nodes drain for this gang: {', '.join(nodes)}"))
+        return True
 
     quota_blocked: dict[tuple[str, str], int] = {}  # smallest gang a team's quota refused this cycle
     free_left = {t: _free_gpus(state, t) for t in state.cluster.gpu_types()} if quiet else {}
@@ -208,9 +227,15 @@ def admission_cycle(state: CellState, ctx: Context, only: Job | None = None, ref
             smallest = fewest * job.gpus_per_worker
             quota_blocked[(job.team, job.gpu_type)] = min(quota_blocked.get((job.team, job.gpu_type), smallest), smallest)
             quota = state.tenancy.quota(job.team, job.gpu_type)
-            refuse(job, _QUOTA_REASONS[fit.limit],
-                   f"team {job.team} uses {usage.get((job.team, job.gpu_type), 0)} of nominal {quota.nominal} "
-                   f"{job.gpu_type}; {smallest} more {_QUOTA_WHY[fit.limit]}")
+            detail = (f"team {job.team} uses {usage.get((job.team, job.gpu_type), 0)} of nominal {quota.nominal} "
+                      f"{job.gpu_type}; {smallest} more {_QUOTA_WHY[fit.limit]}")
+            if not policy.backfill:
+                head_blocked = True  # strict FIFO: a head that its quota stops blocks the queue too
+            elif fit.limit in _POOL_LIMITS and _fits_its_nominal(state, job) and (
+                    job.job_id in reservations or reserve(job)):
+                refuse(job, _QUOTA_REASONS[fit.limit], detail, itself=False)
+                continue  # the cohort's pool is used up, which drains like a full cell: the gang holds nodes
+            refuse(job, _QUOTA_REASONS[fit.limit], detail)
             continue
         if shortcut and key_ in no_room and fewest >= no_room[key_]:
             outcome: Placement | Unplaceable = Unplaceable(
@@ -225,6 +250,8 @@ def admission_cycle(state: CellState, ctx: Context, only: Job | None = None, ref
             decisions.append(_admit(state, job, gpus, fit.borrowed, outcome, ctx))
             view.hold(outcome)
             usage[(job.team, job.gpu_type)] = usage.get((job.team, job.gpu_type), 0) + gpus
+            if reservations.pop(job.job_id, None) is not None:  # its nodes are free for the rest of the cycle
+                reserved_by = {n: holder for n, holder in reserved_by.items() if holder != job.job_id}
             if quiet:
                 free_left[job.gpu_type] -= gpus
             admitted_per_team[job.team] = admitted_per_team.get(job.team, 0) + 1
@@ -237,21 +264,17 @@ def admission_cycle(state: CellState, ctx: Context, only: Job | None = None, ref
         if job.job_id in reservations:
             order.refused()
             continue  # keeps its reservation and its reason
-        waited = now - max(job.submitted_at, job.not_before)
-        if policy.backfill and waited >= policy.reservation_after_ms and len(reservations) < policy.max_reservations:
-            nodes = reservation_for(state, job, reserved_by)
-            if nodes:
-                reservations[job.job_id] = tuple(nodes)
-                for name in nodes:
-                    reserved_by[name] = job.job_id
-                decisions.append(m.JobQueued(envelope=ctx.envelope(Reason.HOLDS_RESERVATION, job.job_id),
-                                             job_id=job.job_id, team=job.team, reserved_nodes=nodes,
-                                             detail=f"nodes drain for this gang: {', '.join(nodes)}"))
-                for waiting in order.refused():
-                    say_why(decisions, waiting, outcome.reason, outcome.detail, ctx)
-                continue
+        if policy.backfill and reserve(job):
+            refuse(job, outcome.reason, outcome.detail, itself=False)
+            continue
         refuse(job, outcome.reason, outcome.detail)
     return decisions
+
+
+def _fits_its_nominal(state: CellState, job: Job) -> bool:
+    """The gang alone fits its team's nominal quota: it is owed those GPUs once the work holding them ends,
+    so draining nodes for it pays off. A gang that would have to borrow gets no reservation over others."""
+    return job.min_gpus <= state.tenancy.quota(job.team, job.gpu_type).nominal
 
 
 def _free_gpus(state: CellState, gpu_type: str) -> int:

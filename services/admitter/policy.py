@@ -9,6 +9,9 @@ from dataclasses import dataclass
 class AdmissionPolicy:
     borrowing: bool = True  # may teams use unused, lendable quota of their cohort
     fair_share: bool = True  # order teams by weighted dominant share (else by submit time only)
+    #: Admit work within its team's nominal quota before work that would borrow (Kueue does); off:
+    #: one queue in priority and submit order whatever the quotas (Slurm, plain FIFO).
+    nominal_first: bool = True
     backfill: bool = True  # may smaller work pass a blocked gang (around its reservation)
     #: A blocked gang waits this long before it holds a reservation; until then smaller work passes
     #: it freely, afterwards the reserved nodes drain for it (only work that ends in time backfills).

@@ -15,8 +15,9 @@ from projections.cell import CellState
 from projections.jobs import Job
 
 
-def order_key(state: CellState, fair_share: bool) -> Callable[[Job], tuple]:
-    """Within-nominal work first, then priority, weighted dominant share, submit order."""
+def order_key(state: CellState, fair_share: bool, nominal_first: bool = True) -> Callable[[Job], tuple]:
+    """Within-nominal work first (unless not `nominal_first`), then priority, weighted dominant share,
+    submit order."""
     tenancy = state.tenancy
     shares: dict[str, int] = {}
     room: dict[tuple[str, str], int] = {}
@@ -27,7 +28,7 @@ def order_key(state: CellState, fair_share: bool) -> Callable[[Job], tuple]:
             room[team] = tenancy.quota(*team).nominal - tenancy.used(*team)
         if fair_share and job.team not in shares:
             shares[job.team] = tenancy.dominant_share_milli(job.team)
-        return (job.min_gpus > room[team], -job.priority, shares.get(job.team, 0), job.submitted_at,
+        return (nominal_first and job.min_gpus > room[team], -job.priority, shares.get(job.team, 0), job.submitted_at,
                 job.submit_offset, job.job_id)
 
     return key

@@ -49,7 +49,8 @@ class Preemptor:
                 decisions.extend(preempt_for(state, job, ctx))
         elif isinstance(event, m.Tick):
             waiting = [state.jobs[j] for j in state.queued if state.jobs[j].not_before <= ctx.now]
-            for job in itertools.islice(queue_order(state, waiting, ctx.policy.admission.fair_share),
+            for job in itertools.islice(queue_order(state, waiting, ctx.policy.admission.fair_share,
+                                                    ctx.policy.admission.nominal_first),
                                         CANDIDATES_PER_TICK):
                 chosen = preempt_for(state, job, ctx)
                 decisions.extend(chosen)
@@ -99,11 +100,15 @@ def preempt_for(state: CellState, job: Job, ctx: Context) -> list[m.Decision]:
     chosen = min([chosen, *_single_victims(state, job, candidates, ctx)], key=cost)
     reasons = {victim.job_id: key[0] for key, victim in candidates}
     deadline = ctx.now + (policy.checkpoint_grace_ms if policy.checkpoint_aware else 0)
-    return [
-        m.PreemptionRequested(envelope=ctx.envelope(reasons[v.job_id], v.job_id), job_id=v.job_id,
-                              for_job_id=job.job_id, checkpoint_deadline=deadline)
-        for v in sorted(chosen, key=lambda v: v.job_id)
-    ]
+    decisions: list[m.Decision] = []
+    for v in sorted(chosen, key=lambda v: v.job_id):
+        decisions.append(m.PreemptionRequested(envelope=ctx.envelope(reasons[v.job_id], v.job_id), job_id=v.job_id,
+                                               for_job_id=job.job_id, checkpoint_deadline=deadline))
+        if deadline <= ctx.now:  # no grace: evicted at once, from its last checkpoint, not at the next tick
+            checkpoint = v.checkpoint.checkpoint_id if v.checkpoint else None
+            decisions.append(m.JobPreempted(envelope=ctx.envelope(Reason.CHECKPOINT_DEADLINE_PASSED, v.job_id),
+                                            job_id=v.job_id, for_job_id=job.job_id, checkpoint_id=checkpoint))
+    return decisions
 
 
 def _may_have_victims(state: CellState, job: Job, ctx: Context) -> bool:

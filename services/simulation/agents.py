@@ -1,6 +1,11 @@
 """Simulated node agents: start placed workers, run them for their duration, checkpoint on a
 period and on request, report exits, and heartbeat. They react to decisions in the log and
-schedule their reports in virtual time, so a run is deterministic."""
+schedule their reports in virtual time, so a run is deterministic.
+
+Costs: a restarted attempt (after a preemption or a failure) first spends `restart_cost_ms`
+loading its checkpoint, and every periodic checkpoint pauses training for `checkpoint_cost_ms`;
+neither makes progress, so both lengthen the job. A node whose GPU failed is repaired after
+`repair_ms` and registers again."""
 
 from __future__ import annotations
 
@@ -16,6 +21,9 @@ class AgentTiming:
     checkpoint_every_ms: int | None = 30 * 60_000
     checkpoint_delay_ms: int = 30_000  # time to write a checkpoint when asked
     heartbeat_every_ms: int | None = None  # None: no heartbeats (silence detection off)
+    checkpoint_cost_ms: int = 0  # training pauses this long for each periodic checkpoint
+    restart_cost_ms: int = 0  # a restarted attempt spends this long before it makes progress
+    repair_ms: int | None = None  # None: failed hardware stays out; else repaired after this long
 
 
 @dataclass
@@ -26,7 +34,8 @@ class SimulatedAgents:
     durations: dict[str, int] = field(default_factory=dict)  # job id -> training time needed, ms
     silenced: set[str] = field(default_factory=set)  # nodes whose heartbeats stopped
     fail_exit: dict[str, tuple[int, int]] = field(default_factory=dict)  # job -> (worker, code) on next exit
-    _started: dict[str, tuple[int, int, int]] = field(default_factory=dict)  # job -> (attempt, at, restored ms)
+    _started: dict[str, tuple[int, int, int, int]] = field(default_factory=dict)  # job -> (attempt, at, restored, restart ms)
+    _nodes: dict[str, m.NodeRegistered] = field(default_factory=dict)  # as registered, for re-registering after repair
 
     def __call__(self, cell, event: m.Event, offset: int) -> None:
         if isinstance(event, m.JobPlaced):
@@ -37,8 +46,12 @@ class SimulatedAgents:
             self._run(cell, event)
         elif isinstance(event, m.CheckpointCompleted):
             self._next_periodic_checkpoint(cell, event)
-        elif isinstance(event, m.NodeRegistered) and self.timing.heartbeat_every_ms:
-            self._heartbeat(cell, event.node, event.envelope.at)
+        elif isinstance(event, m.NodeRegistered):
+            self._nodes[event.node] = event
+            if self.timing.heartbeat_every_ms:
+                self._heartbeat(cell, event.node, event.envelope.at)
+        elif isinstance(event, m.GpuFaulted) and self.timing.repair_ms is not None:
+            self._repair(cell, event)
         elif isinstance(event, m.NodeHeartbeat):
             self._heartbeat(cell, event.node, event.envelope.at + self.timing.heartbeat_every_ms)
 
@@ -56,28 +69,40 @@ class SimulatedAgents:
         job = cell.state.jobs.get(started.job_id)
         if job is None:
             return
+        timing = self.timing
         restored = job.checkpoint.progress_ms if job.checkpoint else 0
-        self._started[job.job_id] = (started.attempt, started.envelope.at, restored)
-        end = started.envelope.at + max(0, self.durations.get(job.job_id, 3_600_000) - restored)
+        restart = timing.restart_cost_ms if started.attempt > 1 else 0
+        t0 = started.envelope.at
+        self._started[job.job_id] = (started.attempt, t0, restored, restart)
+        remaining = max(0, self.durations.get(job.job_id, 3_600_000) - restored)
+        every = timing.checkpoint_every_ms
+        pauses = (remaining - 1) // every if every and remaining > 0 else 0  # periodic checkpoints before the end
+        end = t0 + restart + remaining + pauses * timing.checkpoint_cost_ms
         failing = self.fail_exit.pop(job.job_id, None)
         for worker, node, _ in job.assignments:
             code = failing[1] if failing and failing[0] == worker else 0
             cell.schedule(m.WorkerExited(envelope=cell.envelope(end, f"agent/{node}", job.job_id), job_id=job.job_id,
                                          attempt=started.attempt, worker=worker, node=node, exit_code=code))
-        every = self.timing.checkpoint_every_ms
-        if every and started.envelope.at + every < end:
-            self._schedule_checkpoint(cell, job.job_id, started.attempt, started.envelope.at + every)
+        if pauses:
+            first = t0 + restart + every + timing.checkpoint_cost_ms
+            self._schedule_checkpoint(cell, job.job_id, started.attempt, first, restored + every)
 
     def progress(self, job_id: str, attempt: int, at: int) -> int | None:
-        """Training time a job has done by `at` in this attempt, or None when that attempt is not running."""
+        """Training time the job's attempt has accumulated by `at` (None if that attempt never ran)."""
         started = self._started.get(job_id)
         if started is None or started[0] != attempt:
             return None
-        _, since, restored = started
-        return min(restored + max(0, at - since), self.durations.get(job_id, 3_600_000))
+        _, since, restored, restart = started
+        elapsed = at - since - restart
+        if elapsed <= 0:
+            return restored
+        every, cost = self.timing.checkpoint_every_ms, self.timing.checkpoint_cost_ms
+        if every and cost:
+            cycles, rest = divmod(elapsed, every + cost)
+            elapsed = cycles * every + min(rest, every)
+        return min(restored + elapsed, self.durations.get(job_id, 3_600_000))
 
-    def _schedule_checkpoint(self, cell, job_id: str, attempt: int, at: int) -> None:
-        progress = self.progress(job_id, attempt, at)
+    def _schedule_checkpoint(self, cell, job_id: str, attempt: int, at: int, progress: int | None) -> None:
         if progress is None:
             return
         job = cell.state.jobs[job_id]
@@ -92,7 +117,9 @@ class SimulatedAgents:
         if job is None or job.state is not JobState.RUNNING or job.attempt != done.attempt or not every:
             return
         if done.progress_ms + every < self.durations.get(job.job_id, 3_600_000):
-            self._schedule_checkpoint(cell, job.job_id, done.attempt, done.envelope.at + every)
+            self._schedule_checkpoint(cell, job.job_id, done.attempt,
+                                      done.envelope.at + every + self.timing.checkpoint_cost_ms,
+                                      done.progress_ms + every)
 
     def _checkpoint_on_request(self, cell, request: m.PreemptionRequested) -> None:
         job = cell.state.jobs.get(request.job_id)
@@ -100,4 +127,16 @@ class SimulatedAgents:
             return
         at = request.envelope.at + self.timing.checkpoint_delay_ms
         if at <= request.checkpoint_deadline:
-            self._schedule_checkpoint(cell, job.job_id, job.attempt, at)
+            self._schedule_checkpoint(cell, job.job_id, job.attempt, at, self.progress(job.job_id, job.attempt, at))
+
+    def _repair(self, cell, fault: m.GpuFaulted) -> None:
+        """Hardware comes back `repair_ms` after a fault that took it out of service (a retired GPU or a
+        cordoned node): the repaired node registers again, as new. (A health check would not do: the node
+        would then have a last heartbeat, and without heartbeats it would soon be declared silent.)"""
+        if fault.action is m.XidAction.JOB_ONLY or fault.node not in self._nodes:
+            return
+        spec = self._nodes[fault.node]
+        cell.schedule(m.NodeRegistered(envelope=cell.envelope(fault.envelope.at + self.timing.repair_ms,
+                                                              f"agent/{fault.node}"),
+                                       node=spec.node, gpu_type=spec.gpu_type, gpus=spec.gpus, labels=spec.labels,
+                                       spare=spec.spare))

@@ -66,6 +66,16 @@ class VirtualCell:
                 observer(self, current, cursor)
             cursor += 1
 
+    def next_scheduled_at(self) -> int | None:
+        """Time of the earliest scheduled event, or None when nothing is scheduled."""
+        return self._pending[0][0] if self._pending else None
+
+    def play_next(self) -> None:
+        """Appends the earliest scheduled event (and plays out what it causes)."""
+        at, _, event = heapq.heappop(self._pending)
+        self.now = max(self.now, at)
+        self.append(event)
+
     def run_until(self, until: int) -> None:
         """Plays scheduled events and clock ticks in time order up to and including `until`."""
         while True:

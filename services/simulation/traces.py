@@ -1,9 +1,16 @@
-"""Reads the Microsoft ITP job traces (../shared/traces) into (cluster, submit s, duration s, GPUs) rows;
-`trace_rows` also reads the Philly CSV and keeps each job's row number."""
+"""Reads job traces (../shared/traces) into (team, submit s, duration s, GPUs) rows, and node lists.
+
+Job traces: the Microsoft ITP CSVs (`submission_time, duration, num_gpu`; the cluster id, i.e. the
+file name, is the team) and the Philly VC file (`submit_time, num_gpu, duration`; the file name is
+the team). A folder means every trace CSV in it; `trace_rows` also keeps each job's row number (for
+`gangway load`). Node lists: the Alibaba openb node CSV
+(`sn, gpu, model`), a heterogeneous cell.
+"""
 
 from __future__ import annotations
 
 import csv
+from collections.abc import Iterable
 from pathlib import Path
 from typing import NamedTuple
 
@@ -11,26 +18,68 @@ from typing import NamedTuple
 TRACES = Path(__file__).resolve().parents[3] / "shared" / "traces"
 ITP = TRACES / "microsoft-itp-2021"
 
+#: Column names of each job-trace format we read: (submit, duration, GPUs).
+_FORMATS = (("submission_time", "duration", "num_gpu"), ("submit_time", "duration", "num_gpu"))
+
 
 class TraceJob(NamedTuple):
-    cluster: str
+    cluster: str  # the team: ITP cluster id or trace file name
     submit_s: int
     duration_s: int
     gpus: int
+    row: int = 0  # position in its file (0 = first job)
+
+
+class TraceNode(NamedTuple):
+    name: str
+    gpu_type: str
+    gpus: int
+
+
+def _columns(header: Iterable[str]) -> tuple[str, str, str] | None:
+    names = set(header)
+    return next((f for f in _FORMATS if set(f) <= names), None)
+
+
+def trace_files(path: Path) -> list[Path]:
+    """The job-trace CSVs at `path`: the file itself, or every recognised CSV in the folder."""
+    if path.is_file():
+        return [path]
+    if not path.is_dir():
+        raise FileNotFoundError(f"no trace at {path}")
+    found = []
+    for candidate in sorted(path.glob("*.csv")):
+        with candidate.open() as f:
+            if _columns(next(csv.reader(f), [])) is not None:
+                found.append(candidate)
+    if not found:
+        raise FileNotFoundError(f"no job-trace CSV (ITP or Philly columns) in {path}")
+    return found
+
+
+def read_jobs(paths: Iterable[Path]) -> list[TraceJob]:
+    """Jobs of every trace file, merged in submission order (ties: file name, then row).
+
+    Jobs asking for no GPU are skipped. Raises ValueError for a file in an unknown format."""
+    rows = []
+    for path in paths:
+        with path.open() as f:
+            reader = csv.DictReader(f)
+            columns = _columns(reader.fieldnames or [])
+            if columns is None:
+                raise ValueError(f"{path}: not an ITP or Philly job trace (columns {reader.fieldnames})")
+            submit, duration, gpus = columns
+            for i, row in enumerate(reader):
+                job = TraceJob(path.stem, int(float(row[submit])), int(float(row[duration])), int(float(row[gpus])), i)
+                if job.gpus > 0:
+                    rows.append((job.submit_s, path.stem, i, job))
+    rows.sort(key=lambda r: r[:3])
+    return [r[3] for r in rows]
 
 
 def itp_jobs(folder: Path = ITP, limit: int | None = None) -> list[TraceJob]:
     """All ITP jobs of a folder (or one CSV file) merged in submission order (ties by cluster, then row)."""
-    rows = []
-    paths = [folder] if folder.is_file() else sorted(folder.glob("cluster*.csv"))
-    for path in paths:
-        with path.open() as f:
-            for i, row in enumerate(csv.DictReader(f)):
-                rows.append((int(float(row["submission_time"])), path.stem, i,
-                             TraceJob(path.stem, int(float(row["submission_time"])), int(float(row["duration"])),
-                                      int(row["num_gpu"]))))
-    rows.sort(key=lambda r: r[:3])
-    jobs = [r[3] for r in rows]
+    jobs = read_jobs([folder] if folder.is_file() else sorted(folder.glob("cluster*.csv")))
     return jobs[:limit] if limit is not None else jobs
 
 
@@ -65,10 +114,18 @@ def trace_rows(path: Path) -> list[TraceRow]:
                                      int(row["num_gpu"])))
     rows.sort(key=lambda r: (r.submit_s, r.cluster, r.row))
     return rows
+def read_nodes(path: Path) -> list[TraceNode]:
+    """GPU nodes of a node list with `sn, gpu, model` columns (the Alibaba openb list); CPU-only nodes are left out."""
+    with path.open() as f:
+        reader = csv.DictReader(f)
+        if not {"sn", "gpu", "model"} <= set(reader.fieldnames or []):
+            raise ValueError(f"{path}: expected columns sn, gpu, model (got {reader.fieldnames})")
+        return [TraceNode(row["sn"], row["model"], int(row["gpu"])) for row in reader
+                if int(row["gpu"] or 0) > 0 and row["model"]]
 
 
 def gang_shape(gpus: int, gpus_per_node: int = 8) -> tuple[int, int]:
     """(workers, GPUs per worker): up to a node's worth in one worker, bigger jobs as whole-node workers."""
     if gpus <= gpus_per_node:
         return 1, gpus
-    return gpus // gpus_per_node, gpus_per_node
+    return -(-gpus // gpus_per_node), gpus_per_node

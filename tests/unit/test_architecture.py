@@ -15,6 +15,8 @@ SHELL_MODULES = {
     # The simulated fleet and the trace loader play node agents and launchers, outside the control
     # plane: they read the clock, draw seeded failures and write to Kafka.
     "services/fleet_failures.py", "services/fleet_cli.py", "services/load_cli.py",
+    # the trace-driven simulator: wall-clock timing, seeded failure draws, files and plots
+    "services/simulation/sim.py", "services/simulation/sim_cli.py", "services/simulation/report.py",
 }
 
 

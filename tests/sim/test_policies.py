@@ -1,0 +1,153 @@
+"""Each policy's defining behaviour, on small hand-made traces whose outcome is known in advance.
+
+No failures, no start-up, checkpoint or restart costs (conftest.QUIET); the clock ticks every
+60 s; nodes have 8 GPUs, racks 16 nodes unless a test says otherwise.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from services.policies import CATALOGUE, policy
+from services.policy import Policy
+from tests.sim.conftest import H, queue_s, run, write_trace
+
+
+def test_catalogue_holds_five_versioned_policies():
+    assert list(CATALOGUE) == ["gangway", "fifo", "static", "kueue-like", "backfill"]
+    versions = [p.version for p in CATALOGUE.values()]
+    assert all(isinstance(p, Policy) for p in CATALOGUE.values())
+    assert len(set(versions)) == 5 and all(v.startswith(name) for name, v in zip(CATALOGUE, versions))
+    with pytest.raises(KeyError, match="known: gangway"):
+        policy("slurm")
+
+
+def lender_borrower(traces):
+    """Two teams with one node of nominal quota each: `alpha` has two whole-node jobs at once, `beta` is idle
+    until 10 h."""
+    write_trace(traces, "alpha", [(0, H, 8), (0, H, 8)])
+    write_trace(traces, "beta", [(10 * H, 600, 8)])
+
+
+def test_lending_cuts_the_waiting_team_to_zero(traces):
+    lender_borrower(traces)
+    shared = queue_s(traces, "gangway", 16)
+    static = queue_s(traces, "static", 16)
+    assert shared["alpha-00001"] == 0  # borrows beta's idle node
+    assert static["alpha-00001"] == H  # confined to its own node
+    assert shared["beta-00000"] == static["beta-00000"] == 0  # the lent node came back long before beta needed it
+
+
+def test_static_never_lends_and_leaves_the_idle_node_idle(traces):
+    lender_borrower(traces)
+    result, _ = run(traces, "static", 16)
+    metrics = result["metrics"]
+    assert metrics["per_team"]["alpha"]["avg_queue_s"] == H / 2
+    assert metrics["idle_while_waiting"] == 0.5  # beta's node idles the whole hour alpha waits
+    gangway, _ = run(traces, "gangway", 16)
+    assert gangway["metrics"]["idle_while_waiting"] == 0.0
+    assert gangway["metrics"]["per_team"]["alpha"]["avg_queue_s"] == 0
+
+
+def head_of_line(traces):
+    """Three 6-GPU jobs leave 2 GPUs free on each of three nodes; a 16-GPU gang (two whole nodes) then
+    blocks, and a 2-GPU job arrives behind it."""
+    write_trace(traces, "solo", [(0, 2 * H, 6), (0, 2 * H, 6), (0, 2 * H, 6), (60, H, 16), (120, H, 2)])
+
+
+def test_fifo_head_blocks_the_small_job_behind_it(traces):
+    head_of_line(traces)
+    waits = queue_s(traces, "fifo", 24)
+    assert waits["solo-00003"] == 2 * H - 60  # the gang starts when the three jobs end
+    assert waits["solo-00004"] == 2 * H - 120  # and only then the small job behind it
+
+
+@pytest.mark.parametrize("name", ["backfill", "gangway", "kueue-like"])
+def test_backfill_lets_the_small_job_pass_the_blocked_head(traces, name):
+    head_of_line(traces)
+    waits = queue_s(traces, name, 24)
+    assert waits["solo-00004"] == 0  # 2 free GPUs on a node the gang's reservation does not hold
+    assert waits["solo-00003"] == 2 * H - 60  # the gang is not delayed by it
+
+
+def stream_of_small_jobs(traces):
+    """Whole-node jobs of 1 h every 30 min keep a 2-node cell busy for 10 h; a 2-node gang arrives at 10 min."""
+    small = [(k * 1800, H, 8) for k in range(21)]
+    write_trace(traces, "solo", [*small, (600, H, 16)])
+
+
+def test_easy_backfill_reserves_for_the_head_at_once(traces):
+    stream_of_small_jobs(traces)
+    waits = queue_s(traces, "backfill", 16)
+    assert waits["solo-00021"] == H - 600  # both nodes drain for it: it starts when the first job ends
+
+
+def test_kueue_like_without_reservations_starves_the_gang(traces):
+    stream_of_small_jobs(traces)
+    waits = queue_s(traces, "kueue-like", 16)
+    assert waits["solo-00021"] > 10 * H  # small jobs take every node that frees until the stream stops
+
+
+def test_gangway_reservation_ages_in(traces):
+    stream_of_small_jobs(traces)
+    waits = queue_s(traces, "gangway", 16)
+    assert waits["solo-00021"] == H - 600  # reserved after 5 min of waiting, which is before any node frees
+
+
+def test_kueue_like_admits_one_gang_per_queue_per_cycle(traces):
+    write_trace(traces, "solo", [(0, H + 30, 8), (10, H, 1), (20, H, 1), (30, H, 1), (40, H, 1)])
+    kueue = queue_s(traces, "kueue-like", 8)
+    gangway = queue_s(traces, "gangway", 8)
+    freed = H + 30  # the 8-GPU job ends; ticks come every 60 s
+    assert [kueue[f"solo-0000{i}"] for i in range(1, 5)] == [freed - 10, freed + 30 - 20, freed + 90 - 30,
+                                                             freed + 150 - 40]
+    assert [gangway[f"solo-0000{i}"] for i in range(1, 5)] == [freed - 10, freed - 20, freed - 30, freed - 40]
+
+
+def test_topology_awareness_keeps_a_gang_in_one_rack(traces):
+    # 4 nodes in racks of 2; a 1-GPU job sits on n0, then a 2-node gang arrives
+    write_trace(traces, "solo", [(0, 2 * H, 1), (60, H, 16)])
+    gangway, _ = run(traces, "gangway", 32, nodes_per_rack=2)
+    kueue, _ = run(traces, "kueue-like", 32, nodes_per_rack=2)
+    assert gangway["metrics"]["multi_node_gangs"] == kueue["metrics"]["multi_node_gangs"] == 1
+    assert gangway["metrics"]["multi_node_gangs_in_one_rack"] == 1.0  # rack r1, both nodes free
+    assert kueue["metrics"]["multi_node_gangs_in_one_rack"] == 0.0  # first fit: n1 (rack r0) and n2 (rack r1)
+
+
+def reclaim(traces):
+    """`borrower` runs two whole-node 10 h jobs, one on `lender`'s idle node; `lender` wants it back at 3,010 s
+    (between two ticks)."""
+    write_trace(traces, "borrower", [(0, 10 * H, 8), (0, 10 * H, 8)])
+    write_trace(traces, "lender", [(3010, H, 8)])
+
+
+def test_gangway_reclaims_lent_quota_after_a_checkpoint(traces):
+    reclaim(traces)
+    result, outcome = run(traces, "gangway", 16)
+    waits = {job: waited for job, (_, waited, _) in outcome.per_job.items()}
+    assert waits["lender-00000"] == 30  # the victim writes a checkpoint (30 s), then gives the node back
+    assert result["metrics"]["preemptions"] == 1
+    assert result["metrics"]["gpu_hours_lost"] == 0  # it resumes from that checkpoint
+
+
+def test_kueue_like_reclaims_without_checkpoint_awareness(traces):
+    reclaim(traces)
+    result, outcome = run(traces, "kueue-like", 16)
+    waits = {job: waited for job, (_, waited, _) in outcome.per_job.items()}
+    assert waits["lender-00000"] == 0  # the victim is evicted at once, with no checkpoint grace
+    assert result["metrics"]["preemptions"] == 1
+    # it resumes from its last periodic checkpoint (1,800 s): 1,210 s x 8 GPUs are lost
+    assert result["metrics"]["gpu_hours_lost"] == 2.7
+
+
+def test_fifo_never_preempts_so_the_lender_waits(traces):
+    reclaim(traces)
+    waits = queue_s(traces, "fifo", 16)
+    assert waits["lender-00000"] == 10 * H - 3010
+
+
+def test_static_keeps_the_lenders_node_free(traces):
+    reclaim(traces)
+    waits = queue_s(traces, "static", 16)
+    assert waits["lender-00000"] == 0
+    assert waits["borrower-00001"] == 10 * H  # it may not borrow: it runs after the first one
