@@ -46,7 +46,6 @@ def test_philly_columns_are_read_too(tmp_path: Path):
         trace_rows(write(tmp_path / "bad.csv", "a,b", "1,2"))
 
 
-@pytest.mark.skipif(not (TRACES / "philly-vc103959").is_dir(), reason="shared traces not present")
 def test_the_shared_traces_read():
     assert len(trace_rows(TRACES / "philly-vc103959" / "philly_103959.csv")) == 876
     first = trace_rows(TRACES / "microsoft-itp-2021" / "cluster01.csv")[0]
