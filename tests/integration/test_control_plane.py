@@ -103,7 +103,6 @@ def test_kill_9_loses_and_duplicates_no_decision(kafka_bootstrap, gangway_topics
     assert [count(logged, m.JobPlaced, j) for j in jobs] == [1] * len(jobs)
     ids = [e.envelope.event_id for e in decisions(logged)]
     assert len(ids) == len(set(ids))
-    rebuilt = fold(logged)
     for service in ("admitter", "placer", "preemptor", "recovery"):
         stored = ProjectionStore(tmp_path / "main" / service / "cell-a").load()
         as_far = fold([(o, e) for o, e in logged if o <= stored.offset])  # the log as far as it had read
