@@ -78,6 +78,9 @@ class SimConfig:
     failures_per_1000_gpu_days: float = 0.5
     repair_s: int | None = 24 * 3600
     max_restarts: int = 3
+    #: Users ask for a wall-clock limit as Slurm users do: this many times the job's real duration plus an
+    #: hour (None: no limit). Backfill onto a gang's reserved nodes needs it to know when they come free.
+    time_limit_factor: float | None = 2.0
     borrowing_limit: float | None = None  # fraction of a team's nominal; None: unlimited
     lending_limit: float | None = None  # fraction of a team's nominal; None: all of it
     private: bool = True  # also run each team alone on a private cell of its nominal quota
@@ -429,7 +432,8 @@ def simulate(workload: Workload, policy: Policy, config: SimConfig, progress: Pr
     for j in workload.jobs:
         cell.schedule(m.JobSubmitted(envelope=cell.envelope(j.submit_ms, f"launcher/{j.team}", j.job_id),
                                      job_id=j.job_id, team=j.team, workers=j.workers, gpus_per_worker=j.gpus_per_worker,
-                                     gpu_type=j.gpu_type, max_restarts=config.max_restarts))
+                                     gpu_type=j.gpu_type, max_restarts=config.max_restarts,
+                                     time_limit_ms=_time_limit(j.duration_ms, config)))
     horizon = max(j.submit_ms + j.duration_ms for j in workload.jobs)
     for at, node, gpu, xid in gpu_failures(workload.nodes, start, horizon, config.failures_per_1000_gpu_days,
                                            config.seed):
@@ -495,6 +499,12 @@ def _play(cell: VirtualCell, meter: Meter, jobs: int, progress: Progress | None)
         cell.play_next()
     if progress is not None:
         progress(meter.ended, jobs, cell.now, len(cell.log))
+
+
+def _time_limit(duration_ms: int, config: SimConfig) -> int | None:
+    if config.time_limit_factor is None:
+        return None
+    return int(duration_ms * config.time_limit_factor) + 3_600_000
 
 
 def _percentile(values: Sequence[float], p: float) -> float:

@@ -54,6 +54,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="per-GPU hardware failure rate (Poisson); 0 turns failures off")
     agents.add_argument("--repair-h", type=float, default=24, help="hours until failed hardware is back")
     agents.add_argument("--max-restarts", type=int, default=3, help="failures a job survives")
+    agents.add_argument("--time-limit-factor", type=float, default=2.0, metavar="F",
+                        help="each job asks for F x its duration + 1 h as its time limit (0: no limits); "
+                             "backfill onto reserved nodes needs them")
     out = parser.add_argument_group("output")
     out.add_argument("--json", type=Path, metavar="OUT", help="write the result JSON here")
     out.add_argument("--report", type=Path, metavar="DIR", help="write a Markdown report and PNG plots here")
@@ -69,6 +72,7 @@ def config_from(args: argparse.Namespace) -> SimConfig:
         checkpoint_every_s=round(args.checkpoint_every_min * 60) or None, checkpoint_cost_s=args.checkpoint_cost_s,
         restart_cost_s=args.restart_cost_s, failures_per_1000_gpu_days=args.failures_per_1000_gpu_days,
         repair_s=round(args.repair_h * 3600), max_restarts=args.max_restarts,
+        time_limit_factor=args.time_limit_factor or None,
         borrowing_limit=args.borrowing_limit, lending_limit=args.lending_limit, private=not args.no_private,
     )
 
