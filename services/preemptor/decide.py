@@ -18,10 +18,11 @@ import itertools
 from events import models as m
 from events.models import Reason
 from projections.cell import CellState
+from projections.cluster import CELL
 from projections.jobs import Job, JobState
 from services.admitter.decide import queue_order, quota_fit
 from services.decider import Context
-from services.placement import CapacityView, Placement, off_limits, place_gang
+from services.placement import CapacityView, Placement, ends_before, expected_end, place_gang
 
 #: How many of the most entitled waiting gangs a Tick reconsiders.
 CANDIDATES_PER_TICK = 8
@@ -73,7 +74,8 @@ def preempt_for(state: CellState, job: Job, ctx: Context) -> list[m.Decision]:
             or not _may_have_victims(state, job, ctx)):
         return []
     candidates = _candidates(state, job, ctx)
-    if not candidates or _admissible_after(state, job, [], ctx):
+    after = _AfterEviction(state, job, ctx)
+    if not candidates or after.admissible():
         return []  # nobody to evict, or the admitter will admit it without anyone's help
     usage = dict(state.tenancy.usage)
     chosen: list[Job] = []
@@ -83,14 +85,18 @@ def preempt_for(state: CellState, job: Job, ctx: Context) -> list[m.Decision]:
             continue  # that team no longer borrows: never preempt a team within its nominal
         chosen.append(victim)
         usage[key] = usage.get(key, 0) - victim.held_gpus
-        if _admissible_after(state, job, chosen, ctx):
+        after.evict(victim)
+        if after.admissible():
             break
     else:
         return []
     for victim in list(reversed(chosen)):  # drop victims the others make unnecessary
-        rest = [v for v in chosen if v is not victim]
-        if rest and _admissible_after(state, job, rest, ctx):
-            chosen = rest
+        if len(chosen) > 1:
+            after.keep(victim)
+            if after.admissible():
+                chosen = [v for v in chosen if v is not victim]  # by identity: Job equality compares every field
+            else:
+                after.evict(victim)
     costs = {victim.job_id: (key[1], key[2]) for key, victim in candidates}  # (category rank, lost work)
 
     def cost(victims: list[Job]) -> tuple:
@@ -127,8 +133,15 @@ def _single_victims(state: CellState, job: Job, candidates: list[tuple[tuple, Jo
     """Each candidate that alone makes room: one victim may lose no more work than the several the
     greedy pass picked, and then fewer victims is better."""
     free = sum(n.free for n in state.cluster.of_type(job.gpu_type) if n.schedulable)
-    return [[victim] for _, victim in candidates
-            if victim.held_gpus + free >= job.min_gpus and _admissible_after(state, job, [victim], ctx)]
+    after = _AfterEviction(state, job, ctx)
+    out = []
+    for _, victim in candidates:
+        if victim.held_gpus + free >= job.min_gpus:
+            after.evict(victim)
+            if after.admissible():
+                out.append([victim])
+            after.keep(victim)
+    return out
 
 
 def _lost_work_gpu_ms(victim: Job, now: int) -> int:
@@ -177,15 +190,88 @@ def _candidates(state: CellState, job: Job, ctx: Context) -> list[tuple[tuple, J
     return out
 
 
-def _admissible_after(state: CellState, job: Job, victims: list[Job], ctx: Context) -> bool:
-    usage = dict(state.tenancy.usage)
+def _placeable_after(state: CellState, job: Job, victims: list[Job], most: int, ctx: Context,
+                     excluded: list[str]) -> bool:
+    """The placement itself, on a view with the victims' GPUs given back."""
     view = CapacityView(state.cluster)
     for victim in victims:
-        key = (victim.team, victim.gpu_type)
-        usage[key] = usage.get(key, 0) - victim.held_gpus
         view.release(victim)
-    most, fit = quota_fit(state.tenancy, job, ctx.policy.admission.borrowing, usage)
-    if not fit.fits:
-        return False
-    excluded = off_limits(state, job, ctx.now, frozenset(v.job_id for v in victims))
     return isinstance(place_gang(view, job, most, ctx.policy.placement, excluded), Placement)
+
+
+class _AfterEviction:
+    """`_admissible_after` for one waiting job while victims are evicted and kept one at a time: the
+    quota usage, the freed GPUs per node and the reservations' shadow times follow each change, so a
+    check costs the reservations and the nodes touched, not a rebuild. Gangs that need a particular
+    topology domain still get a real placement on a view."""
+
+    def __init__(self, state: CellState, job: Job, ctx: Context) -> None:
+        self.state, self.job, self.ctx = state, job, ctx
+        cluster, g = state.cluster, job.gpus_per_worker
+        self.usage = dict(state.tenancy.usage)
+        self.victims: dict[str, Job] = {}
+        self.freed: dict[str, int] = {}  # node -> GPUs the victims give back there
+        histogram = cluster.histogram.get((job.gpu_type, CELL, ""), ())
+        self.slots = sum(count * (free // g) for free, count in enumerate(histogram) if free >= g)
+        # Other gangs' reservations, each with the expected end of every job holding GPUs on its nodes.
+        self.reservations: list[tuple[list[str], list[tuple[str, int | None]]]] = []
+        for holder, nodes in state.reservations.items():
+            if holder == job.job_id:
+                continue
+            jobs = sorted({j for n in nodes if n in cluster.nodes for j in cluster.nodes[n].holder.values()})
+            self.reservations.append((list(nodes), [(j, expected_end(state.jobs[j])) for j in jobs]))
+
+    def evict(self, victim: Job) -> None:
+        self._shift(victim, 1)
+        self.victims[victim.job_id] = victim
+
+    def keep(self, victim: Job) -> None:
+        self._shift(victim, -1)
+        del self.victims[victim.job_id]
+
+    def _shift(self, victim: Job, sign: int) -> None:
+        key = (victim.team, victim.gpu_type)
+        self.usage[key] = self.usage.get(key, 0) - sign * victim.held_gpus
+        cluster = self.state.cluster
+        for _, name, gpus in victim.assignments:
+            node = cluster.nodes.get(name)
+            if name in cluster.counted and node.gpu_type == self.job.gpu_type:
+                freed = sum(1 for i in gpus if i in node.holder and i not in node.retired)
+                self.freed[name] = self.freed.get(name, 0) + sign * freed
+
+    def _excluded(self) -> set[str]:
+        """Reserved nodes the job may not use, as `off_limits` would say with the victims gone."""
+        job, now, out = self.job, self.ctx.now, set()
+        for nodes, holders in self.reservations:
+            shadow: int | None = now
+            if job.time_limit_ms is None:
+                shadow = None
+            else:
+                for job_id, end in holders:
+                    if job_id in self.victims:
+                        continue
+                    if end is None:
+                        shadow = None
+                        break
+                    shadow = max(shadow, end)
+            if not ends_before(job, now, shadow):
+                out.update(nodes)
+        return out
+
+    def admissible(self) -> bool:
+        state, job = self.state, self.job
+        most, fit = quota_fit(state.tenancy, job, self.ctx.policy.admission.borrowing, self.usage)
+        if not fit.fits:
+            return False
+        excluded = self._excluded()
+        if job.topology_required is not None:
+            return _placeable_after(state, job, list(self.victims.values()), most, self.ctx, sorted(excluded))
+        counted, g, slots = state.cluster.counted, job.gpus_per_worker, self.slots
+        for name in excluded:
+            if name in counted and state.cluster.nodes[name].gpu_type == job.gpu_type:
+                slots -= counted[name] // g
+        for name, extra in self.freed.items():
+            if extra and name not in excluded:
+                before = counted[name]
+                slots += (before + extra) // g - before // g
+        return slots >= job.min_count
