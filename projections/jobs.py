@@ -108,10 +108,11 @@ class Job:
         return sorted({node for _, node, _ in self.assignments})
 
     def needs(self) -> tuple:
-        """Everything admission looks at besides rank: jobs with equal needs are admitted in rank order,
-        and when the first is refused the others are refused for the same reason."""
+        """Everything admission looks at besides rank and time limit: jobs with equal needs are admitted in
+        rank order, and when the first is refused the others are refused for the same reason (a time limit
+        matters only for backfill onto reserved nodes, which the admitter checks member by member)."""
         return (self.team, self.gpu_type, self.workers, self.gpus_per_worker, self.min_workers,
-                self.topology_required, self.topology_preferred, self.time_limit_ms)
+                self.topology_required, self.topology_preferred)
 
     def rank_key(self) -> tuple[int, int, int, str]:
         """Order within a team: priority first, then submit order (log offset breaks ties exactly)."""

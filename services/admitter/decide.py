@@ -13,7 +13,7 @@ the reservation's shadow time (Slurm's EASY backfill; see services/placement.py)
 from __future__ import annotations
 
 import heapq
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from events import models as m
 from events.models import Reason
@@ -23,8 +23,8 @@ from projections.jobs import Job, JobState
 from projections.tenancy import Admissibility, Tenancy
 from services.admitter.queue import WaitingGangs, order_key
 from services.decider import Context
-from services.placement import (CapacityView, Placement, Unplaceable, excluded_nodes, may_backfill, place_gang,
-                                shadow_times)
+from services.placement import (CapacityView, Placement, Unplaceable, ends_before, excluded_nodes, may_backfill,
+                                place_gang, shadow_times)
 
 #: Events after which queued work may fit: capacity or quota came free, or time passed.
 CYCLE_TRIGGERS = (
@@ -35,6 +35,7 @@ CYCLE_TRIGGERS = (
 
 #: Quota limits of the cohort's shared pool (not of the team itself): a full pool is a full cell.
 _POOL_LIMITS = frozenset({"cohort", "reclaim"})
+_HEAD_WAITS = "strict FIFO: the head of the queue waits"
 _QUOTA_REASONS = {"nominal": Reason.QUOTA_EXHAUSTED, "borrowing_limit": Reason.BORROWING_LIMIT,
                   "cohort": Reason.COHORT_EXHAUSTED, "reclaim": Reason.COHORT_EXHAUSTED}
 
@@ -176,17 +177,31 @@ def admission_cycle(state: CellState, ctx: Context, only: Job | None = None, ref
     # Without `refresh`, only admissions are decided; why the others still wait is restated on the next Tick.
     say_why = _quiet if quiet else _requeue_reason
 
-    def refuse(job: Job, reason: Reason, detail: str, itself: bool = True) -> None:
-        """The job waits, and so does the rest of its group, for the same reason."""
-        for waiting in order.refused():
-            say_why(decisions, waiting, reason, detail, ctx)
+    def no_more_room(job: Job) -> Callable[[Job], bool]:
+        """Whether another gang of `job`'s group finds no room either: it may backfill no more reserved nodes."""
+        usable = backfillable(job)
+        return lambda other: backfillable(other) <= usable
+
+    def backfillable(job: Job) -> set[str]:
+        return {holder for holder in reservations
+                if holder != job.job_id and ends_before(job, now, shadows.get(holder))} if shadows else set()
+
+    def refuse(job: Job, reason: Reason, detail: str, itself: bool = True, room: bool = False) -> None:
+        """The job waits, and so does the rest of its group, for the same reason (behind a strict FIFO
+        head that now blocks, for that); for lack of `room`, only the members that could use no more
+        reserved nodes."""
+        rest = (Reason.WAITING_FOR_QUEUE_HEAD, _HEAD_WAITS) if head_blocked else (reason, detail)
+        for waiting in order.refused(no_more_room(job) if room else None):
+            say_why(decisions, waiting, *rest, ctx)
         if itself:
             say_why(decisions, job, reason, detail, ctx)
 
     def reserve(job: Job) -> bool:
-        """Holds nodes for a blocked gang that waited long enough, while fewer than the most gangs do."""
+        """Holds nodes for a blocked gang that waited long enough, while fewer than the most gangs do, if it
+        is the first of its kind: gangs of equal needs share the reservation of the one that ranks first."""
         waited = now - max(job.submitted_at, job.not_before)
-        if waited < policy.reservation_after_ms or len(reservations) >= policy.max_reservations:
+        if (waited < policy.reservation_after_ms or len(reservations) >= policy.max_reservations
+                or not _first_of_kind(state, job, reservations, now)):
             return False
         nodes = reservation_for(state, job, reserved_by)
         if not nodes:
@@ -213,10 +228,10 @@ def admission_cycle(state: CellState, ctx: Context, only: Job | None = None, ref
         if quiet and (
                 fewest * job.gpus_per_worker >= quota_blocked.get((job.team, job.gpu_type), job.gpus + 1)
                 or (shortcut and key_ in no_room and fewest >= no_room[key_])):
-            order.refused()
+            order.refused(no_more_room(job))
             continue
         if head_blocked:
-            refuse(job, Reason.WAITING_FOR_QUEUE_HEAD, "strict FIFO: the head of the queue waits")
+            refuse(job, Reason.WAITING_FOR_QUEUE_HEAD, _HEAD_WAITS)
             continue
         limit = policy.admissions_per_team_per_cycle
         if limit is not None and admitted_per_team.get(job.team, 0) >= limit:
@@ -265,10 +280,20 @@ def admission_cycle(state: CellState, ctx: Context, only: Job | None = None, ref
             order.refused()
             continue  # keeps its reservation and its reason
         if policy.backfill and reserve(job):
-            refuse(job, outcome.reason, outcome.detail, itself=False)
+            order.refused(lambda other: False)  # the rest of its group meets the new reservation: looked at again
             continue
-        refuse(job, outcome.reason, outcome.detail)
+        refuse(job, outcome.reason, outcome.detail, room=True)
     return decisions
+
+
+def _first_of_kind(state: CellState, job: Job, reservations: dict[str, tuple[str, ...]], now: int) -> bool:
+    """No gang of equal needs holds a reservation or ranks before `job` among those not backing off."""
+    for _, other in state.queued_by_needs.get(job.needs(), ()):
+        if other == job.job_id:
+            return not any(holder in reservations for _, holder in state.queued_by_needs[job.needs()])
+        if other in reservations or state.jobs[other].not_before <= now:
+            return False
+    return True
 
 
 def _fits_its_nominal(state: CellState, job: Job) -> bool:

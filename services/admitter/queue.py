@@ -2,7 +2,9 @@
 
 Gangs with equal needs (team, GPU type, shape, constraints; see Job.needs) meet the same quota
 and the same placement, so only the first of a group can be admitted before the rest, and when
-it is refused the whole group is refused for the same reason. Walking group heads through a heap
+it is refused the whole group is refused for the same reason. Time limits are not needs: they
+matter only where a reservation's nodes could be backfilled, so a refusal for lack of room takes
+along only the members that may backfill no more than the refused one. Walking group heads through a heap
 keeps a cycle's cost near the number of groups, not the number of queued gangs.
 """
 
@@ -77,8 +79,16 @@ class WaitingGangs:
         self.cursor[self.current] += 1
         self._push(self.current)
 
-    def refused(self) -> list[Job]:
-        """The current gang was refused: so are the rest of its group, returned to be told why."""
+    def refused(self, alike: Callable[[Job], bool] | None = None) -> list[Job]:
+        """The current gang was refused: so are the rest of its group, returned to be told why. With
+        `alike`, only those it holds for; the others stay in the queue as a group of their own."""
         g = self.current
-        return [self.state.jobs[j] for j in self.groups[g][self.cursor[g] + 1:]
-                if self.state.jobs[j].not_before <= self.now]
+        rest = [self.state.jobs[j] for j in self.groups[g][self.cursor[g] + 1:]]
+        if alike is not None:
+            others = [job.job_id for job in rest if not alike(job)]
+            if others:
+                rest = [job for job in rest if alike(job)]
+                self.groups.append(others)
+                self.cursor.append(0)
+                self._push(len(self.groups) - 1)
+        return [job for job in rest if job.not_before <= self.now]

@@ -24,7 +24,7 @@ from services.admitter.decide import queue_order, quota_fit
 from services.decider import Context
 from services.placement import CapacityView, Placement, ends_before, expected_end, place_gang
 
-#: How many of the most entitled waiting gangs a Tick reconsiders.
+#: How many of the most entitled waiting gangs that may have victims a Tick reconsiders.
 CANDIDATES_PER_TICK = 8
 
 
@@ -49,8 +49,7 @@ class Preemptor:
             if job is not None:
                 decisions.extend(preempt_for(state, job, ctx))
         elif isinstance(event, m.Tick):
-            waiting = [state.jobs[j] for j in state.queued if state.jobs[j].not_before <= ctx.now]
-            for job in itertools.islice(queue_order(state, waiting, ctx.policy.admission.fair_share,
+            for job in itertools.islice(queue_order(state, _may_preempt(state, ctx), ctx.policy.admission.fair_share,
                                                     ctx.policy.admission.nominal_first),
                                         CANDIDATES_PER_TICK):
                 chosen = preempt_for(state, job, ctx)
@@ -65,31 +64,50 @@ def _preempted(victim: Job, reason: Reason, checkpoint_id: str | None, ctx: Cont
                           for_job_id=victim.preempted_for or "", checkpoint_id=checkpoint_id)
 
 
+def _may_preempt(state: CellState, ctx: Context) -> list[Job]:
+    """The waiting gangs that may be entitled to victims now (`preempt_for` looks no further at the others)."""
+    waiting = [state.jobs[j] for j in state.queued if _waited_enough(state.jobs[j], ctx)]
+    beneficiaries = {state.jobs[v].preempted_for for v in state.preempting}
+    entitled: dict[tuple, bool] = {}  # the entitlement test depends only on these fields of the job
+    out = []
+    for job in waiting:
+        key = (job.team, job.gpu_type, job.min_gpus, job.priority)
+        if key not in entitled:
+            entitled[key] = _may_have_victims(state, job, ctx)
+        if entitled[key] and job.job_id not in beneficiaries:
+            out.append(job)
+    return out
+
+
+def _waited_enough(job: Job, ctx: Context) -> bool:
+    return (job.state is JobState.QUEUED and job.not_before <= ctx.now
+            and ctx.now - max(job.submitted_at, job.not_before) >= ctx.policy.preemption.wait_before_preempting_ms)
+
+
 def preempt_for(state: CellState, job: Job, ctx: Context) -> list[m.Decision]:
     """PreemptionRequested for the victims that make `job` admissible, or nothing."""
-    policy = ctx.policy.preemption
-    if (job.state is not JobState.QUEUED or job.not_before > ctx.now
-            or ctx.now - max(job.submitted_at, job.not_before) < policy.wait_before_preempting_ms
-            or any(state.jobs[v].preempted_for == job.job_id for v in state.preempting)
+    if (not _waited_enough(job, ctx) or any(state.jobs[v].preempted_for == job.job_id for v in state.preempting)
             or not _may_have_victims(state, job, ctx)):
         return []
+    policy = ctx.policy.preemption
     candidates = _candidates(state, job, ctx)
     after = _AfterEviction(state, job, ctx)
     if not candidates or after.admissible():
         return []  # nobody to evict, or the admitter will admit it without anyone's help
-    usage = dict(state.tenancy.usage)
+    eligible = _eligible(state, job, candidates)
+    # Evicting more never makes the job less admissible (quota use only falls, free slots only grow,
+    # shadow times only come earlier): when all of them do not suffice, no prefix will.
+    everyone = _AfterEviction(state, job, ctx)
+    for victim in eligible:
+        everyone.evict(victim)
+    if not everyone.admissible():
+        return []
     chosen: list[Job] = []
-    for (category, *_), victim in candidates:
-        key = (victim.team, victim.gpu_type)
-        if victim.team != job.team and usage.get(key, 0) <= state.tenancy.quota(*key).nominal:
-            continue  # that team no longer borrows: never preempt a team within its nominal
+    for victim in eligible:  # the shortest prefix that suffices
         chosen.append(victim)
-        usage[key] = usage.get(key, 0) - victim.held_gpus
         after.evict(victim)
         if after.admissible():
             break
-    else:
-        return []
     for victim in list(reversed(chosen)):  # drop victims the others make unnecessary
         if len(chosen) > 1:
             after.keep(victim)
@@ -115,6 +133,20 @@ def preempt_for(state: CellState, job: Job, ctx: Context) -> list[m.Decision]:
             decisions.append(m.JobPreempted(envelope=ctx.envelope(Reason.CHECKPOINT_DEADLINE_PASSED, v.job_id),
                                             job_id=v.job_id, for_job_id=job.job_id, checkpoint_id=checkpoint))
     return decisions
+
+
+def _eligible(state: CellState, job: Job, candidates: list[tuple[tuple, Job]]) -> list[Job]:
+    """The candidates in order, less those of a team that would no longer borrow once the earlier ones are
+    gone: a team is never preempted below its nominal quota."""
+    usage = dict(state.tenancy.usage)
+    out = []
+    for _, victim in candidates:
+        key = (victim.team, victim.gpu_type)
+        if victim.team != job.team and usage.get(key, 0) <= state.tenancy.quota(*key).nominal:
+            continue
+        out.append(victim)
+        usage[key] = usage.get(key, 0) - victim.held_gpus
+    return out
 
 
 def _may_have_victims(state: CellState, job: Job, ctx: Context) -> bool:
@@ -213,21 +245,32 @@ class _AfterEviction:
         self.freed: dict[str, int] = {}  # node -> GPUs the victims give back there
         histogram = cluster.histogram.get((job.gpu_type, CELL, ""), ())
         self.slots = sum(count * (free // g) for free, count in enumerate(histogram) if free >= g)
-        # Other gangs' reservations, each with the expected end of every job holding GPUs on its nodes.
+        # Other gangs' reservations, each with the expected end of every job holding GPUs on its nodes;
+        # whether the job may use one changes only while a victim holds GPUs there.
         self.reservations: list[tuple[list[str], list[tuple[str, int | None]]]] = []
+        self.touches: dict[str, list[int]] = {}  # job id -> reservations it holds GPUs in
         for holder, nodes in state.reservations.items():
             if holder == job.job_id:
                 continue
             jobs = sorted({j for n in nodes if n in cluster.nodes for j in cluster.nodes[n].holder.values()})
+            for j in jobs:
+                self.touches.setdefault(j, []).append(len(self.reservations))
             self.reservations.append((list(nodes), [(j, expected_end(state.jobs[j])) for j in jobs]))
+        self.closed = [self._closed(r) for r in range(len(self.reservations))]
 
     def evict(self, victim: Job) -> None:
         self._shift(victim, 1)
         self.victims[victim.job_id] = victim
+        self._retouch(victim)
 
     def keep(self, victim: Job) -> None:
         self._shift(victim, -1)
         del self.victims[victim.job_id]
+        self._retouch(victim)
+
+    def _retouch(self, victim: Job) -> None:
+        for r in self.touches.get(victim.job_id, ()):
+            self.closed[r] = self._closed(r)
 
     def _shift(self, victim: Job, sign: int) -> None:
         key = (victim.team, victim.gpu_type)
@@ -239,24 +282,22 @@ class _AfterEviction:
                 freed = sum(1 for i in gpus if i in node.holder and i not in node.retired)
                 self.freed[name] = self.freed.get(name, 0) + sign * freed
 
+    def _closed(self, r: int) -> bool:
+        """Whether reservation `r` is off limits to the job, as `off_limits` would say with the victims gone."""
+        job, now = self.job, self.ctx.now
+        if job.time_limit_ms is None:
+            return True
+        shadow = now
+        for job_id, end in self.reservations[r][1]:
+            if job_id in self.victims:
+                continue
+            if end is None:
+                return True
+            shadow = max(shadow, end)
+        return not ends_before(job, now, shadow)
+
     def _excluded(self) -> set[str]:
-        """Reserved nodes the job may not use, as `off_limits` would say with the victims gone."""
-        job, now, out = self.job, self.ctx.now, set()
-        for nodes, holders in self.reservations:
-            shadow: int | None = now
-            if job.time_limit_ms is None:
-                shadow = None
-            else:
-                for job_id, end in holders:
-                    if job_id in self.victims:
-                        continue
-                    if end is None:
-                        shadow = None
-                        break
-                    shadow = max(shadow, end)
-            if not ends_before(job, now, shadow):
-                out.update(nodes)
-        return out
+        return {n for r, (nodes, _) in enumerate(self.reservations) if self.closed[r] for n in nodes}
 
     def admissible(self) -> bool:
         state, job = self.state, self.job

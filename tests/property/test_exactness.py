@@ -1,11 +1,17 @@
 """Shortcuts of the deciders give exactly the answer of the slow path they stand in for, on the
 states random streams reach."""
 
+import copy
+from unittest.mock import patch
+
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from events import models as m
+from events.models import Reason
 from projections.jobs import JobState
-from services.admitter.decide import quota_fit
+from services.admitter.decide import Admitter, quota_fit
+from services.admitter.queue import WaitingGangs
 from services.decider import Context
 from services.placement import CapacityView, Placement, off_limits, place_gang
 from services.preemptor.decide import _AfterEviction
@@ -54,3 +60,43 @@ class EvictionCountAgreesWithPlacement:
 @given(st.data())
 def test_preemptor_what_if_equals_a_placement_after_the_evictions(data):
     run(stream(DataChooser(data), steps=40), observers=[EvictionCountAgreesWithPlacement()])
+
+
+class GroupedAdmissionAgreesWithOneByOne:
+    """After every event: the admitter walking groups of equal needs decides exactly what it decides
+    when every waiting gang is a group of its own (the walk the grouping shortcuts). A group's members are
+    told why they wait together with the first, so the order of the decisions (and so their event ids) and
+    the figures in a waiting gang's detail text (free GPUs counted when the first was refused) may differ."""
+
+    def __call__(self, cell, event, offset) -> None:
+        state = cell.state
+        if all(len(members) < 2 for members in state.queued_by_needs.values()):
+            return
+        ctx = lambda: Context("admitter", event, offset, cell.policy)  # noqa: E731
+        with patch.object(WaitingGangs, "of", one_gang_per_group):
+            expected = _unordered(Admitter().decide(copy.deepcopy(state), event, ctx()))
+        got = _unordered(Admitter().decide(copy.deepcopy(state), event, ctx()))
+        assert got == expected, (type(event).__name__, [d for d in got if d not in expected],
+                                 [d for d in expected if d not in got])
+
+
+def one_gang_per_group(state, now, key, keep=lambda job: True) -> WaitingGangs:
+    """Every waiting gang as a group of its own (`keep` spares reservation holders, as `WaitingGangs.of` does)."""
+    return WaitingGangs(state, now, key, [[job_id] for job_id in sorted(state.queued)
+                                          if job_id in state.reservations or keep(state.jobs[job_id])])
+
+
+def _unordered(decisions) -> list[str]:
+    out = []
+    for d in decisions:
+        leave_out = {"envelope": {"event_id"}}
+        if isinstance(d, m.JobQueued) and d.envelope.reason is not Reason.HOLDS_RESERVATION:
+            leave_out["detail"] = True
+        out.append(f"{type(d).__name__} {d.model_dump(exclude=leave_out)}")
+    return sorted(out)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.data())
+def test_admission_by_groups_of_equal_needs_equals_one_gang_at_a_time(data):
+    run(stream(DataChooser(data), steps=40), observers=[GroupedAdmissionAgreesWithOneByOne()])
