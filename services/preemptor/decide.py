@@ -232,10 +232,12 @@ def _placeable_after(state: CellState, job: Job, victims: list[Job], most: int, 
 
 
 class _AfterEviction:
-    """`_admissible_after` for one waiting job while victims are evicted and kept one at a time: the
-    quota usage, the freed GPUs per node and the reservations' shadow times follow each change, so a
-    check costs the reservations and the nodes touched, not a rebuild. Gangs that need a particular
-    topology domain still get a real placement on a view."""
+    """Whether the admitter would admit one waiting job were the victims gone (its quota fits and a
+    placement exists), while victims are evicted and kept one at a time: the quota usage, the freed GPUs
+    per node and the reservations' shadow times follow each change, so a check costs the reservations and
+    the nodes touched, not a rebuild. Without a required topology domain the whole cell is the last domain
+    a placement tries, so enough slots outside the excluded nodes is exactly "placeable"; gangs that need
+    a particular domain get a real placement on a view."""
 
     def __init__(self, state: CellState, job: Job, ctx: Context) -> None:
         self.state, self.job, self.ctx = state, job, ctx
