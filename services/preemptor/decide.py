@@ -190,9 +190,11 @@ def _candidates(state: CellState, job: Job, ctx: Context) -> list[tuple[tuple, J
     now = ctx.now
     pool = set(tenancy.pool_members(job.team))
     within_nominal = tenancy.used(job.team, job.gpu_type) + job.min_gpus <= tenancy.quota(job.team, job.gpu_type).nominal
-    usage = tenancy.usage
-    teams = {t for t in pool if t != job.team and tenancy.borrowed(t, job.gpu_type) > 0}
-    if policy.priority:
+    # Only borrowing teams give victims to other teams, and only lower priorities give way to a higher one.
+    borrowing_teams = {t for t in pool if t != job.team and tenancy.borrowed(t, job.gpu_type) > 0}
+    outranks = policy.priority and job.priority > min([0, *(c.value for c in tenancy.priority_classes.values())])
+    teams = set(borrowing_teams) if (policy.reclaim_lent_quota and within_nominal) or outranks else set()
+    if outranks:
         teams.add(job.team)
     out = []
     # Visit order does not matter: the candidates are sorted by a total key below.
@@ -204,7 +206,7 @@ def _candidates(state: CellState, job: Job, ctx: Context) -> list[tuple[tuple, J
             continue
         if victim.running_since is None or now - victim.running_since < policy.min_runtime_ms:
             continue  # not running yet, or protected after a (re)start
-        borrowing = usage.get((victim.team, victim.gpu_type), 0) > tenancy.quota(victim.team, victim.gpu_type).nominal
+        borrowing = victim.team in borrowing_teams
         if (policy.reclaim_lent_quota and within_nominal and victim.team != job.team and victim.team in pool
                 and borrowing):
             category = Reason.RECLAIM_LENT_QUOTA
