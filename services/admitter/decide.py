@@ -178,9 +178,10 @@ def admission_cycle(state: CellState, ctx: Context, only: Job | None = None, ref
     say_why = _quiet if quiet else _requeue_reason
 
     def no_more_room(job: Job) -> Callable[[Job], bool]:
-        """Whether another gang of `job`'s group finds no room either: it may backfill no more reserved nodes."""
+        """Whether another gang of `job`'s group meets the same refusal: it may backfill onto exactly the same
+        reservations (fewer would refuse it too, but perhaps for another reason)."""
         usable = backfillable(job)
-        return lambda other: backfillable(other) <= usable
+        return lambda other: backfillable(other) == usable
 
     def backfillable(job: Job) -> set[str]:
         return {holder for holder in reservations
@@ -188,7 +189,7 @@ def admission_cycle(state: CellState, ctx: Context, only: Job | None = None, ref
 
     def refuse(job: Job, reason: Reason, detail: str, itself: bool = True, room: bool = False) -> None:
         """The job waits, and so does the rest of its group, for the same reason (behind a strict FIFO
-        head that now blocks, for that); for lack of `room`, only the members that could use no more
+        head that now blocks, for that); for lack of `room`, only the members that may use the same
         reserved nodes."""
         rest = (Reason.WAITING_FOR_QUEUE_HEAD, _HEAD_WAITS) if head_blocked else (reason, detail)
         for waiting in order.refused(no_more_room(job) if room else None):

@@ -4,7 +4,7 @@ Gangs with equal needs (team, GPU type, shape, constraints; see Job.needs) meet 
 and the same placement, so only the first of a group can be admitted before the rest, and when
 it is refused the whole group is refused for the same reason. Time limits are not needs: they
 matter only where a reservation's nodes could be backfilled, so a refusal for lack of room takes
-along only the members that may backfill no more than the refused one. Walking group heads through a heap
+along only the members that may backfill onto the same reservations as the refused one. Walking group heads through a heap
 keeps a cycle's cost near the number of groups, not the number of queued gangs.
 """
 
