@@ -289,9 +289,10 @@ def admission_cycle(state: CellState, ctx: Context, only: Job | None = None, ref
 
 def _first_of_kind(state: CellState, job: Job, reservations: dict[str, tuple[str, ...]], now: int) -> bool:
     """No gang of equal needs holds a reservation or ranks before `job` among those not backing off."""
-    for _, other in state.queued_by_needs.get(job.needs(), ()):
+    members = state.queued_by_needs.get(job.needs(), ())
+    for _, other in members:
         if other == job.job_id:
-            return not any(holder in reservations for _, holder in state.queued_by_needs[job.needs()])
+            return not any(holder in reservations for _, holder in members)
         if other in reservations or state.jobs[other].not_before <= now:
             return False
     return True

@@ -97,10 +97,12 @@ def preempt_for(state: CellState, job: Job, ctx: Context) -> list[m.Decision]:
     eligible = _eligible(state, job, candidates)
     # Evicting more never makes the job less admissible (quota use only falls, free slots only grow,
     # shadow times only come earlier): when all of them do not suffice, no prefix will.
-    everyone = _AfterEviction(state, job, ctx)
     for victim in eligible:
-        everyone.evict(victim)
-    if not everyone.admissible():
+        after.evict(victim)
+    enough = after.admissible()
+    for victim in eligible:
+        after.keep(victim)
+    if not enough:
         return []
     chosen: list[Job] = []
     for victim in eligible:  # the shortest prefix that suffices
@@ -115,13 +117,15 @@ def preempt_for(state: CellState, job: Job, ctx: Context) -> list[m.Decision]:
                 chosen = [v for v in chosen if v is not victim]  # by identity: Job equality compares every field
             else:
                 after.evict(victim)
+    for victim in chosen:
+        after.keep(victim)
     costs = {victim.job_id: (key[1], key[2]) for key, victim in candidates}  # (category rank, lost work)
 
     def cost(victims: list[Job]) -> tuple:
         return (max(costs[v.job_id][0] for v in victims), sum(costs[v.job_id][1] for v in victims), len(victims),
                 sorted(v.job_id for v in victims))
 
-    chosen = min([chosen, *_single_victims(state, job, candidates, ctx)], key=cost)
+    chosen = min([chosen, *_single_victims(state, job, candidates, after)], key=cost)
     reasons = {victim.job_id: key[0] for key, victim in candidates}
     deadline = ctx.now + (policy.checkpoint_grace_ms if policy.checkpoint_aware else 0)
     decisions: list[m.Decision] = []
@@ -161,11 +165,11 @@ def _may_have_victims(state: CellState, job: Job, ctx: Context) -> bool:
     return any(tenancy.borrowed(t, job.gpu_type) > 0 for t in tenancy.pool_members(job.team) if t != job.team)
 
 
-def _single_victims(state: CellState, job: Job, candidates: list[tuple[tuple, Job]], ctx: Context) -> list[list[Job]]:
-    """Each candidate that alone makes room: one victim may lose no more work than the several the
-    greedy pass picked, and then fewer victims is better."""
+def _single_victims(state: CellState, job: Job, candidates: list[tuple[tuple, Job]],
+                    after: _AfterEviction) -> list[list[Job]]:
+    """Each candidate that alone makes room (`after` evicts none and is left so): one victim may lose no
+    more work than the several the greedy pass picked, and then fewer victims is better."""
     free = sum(n.free for n in state.cluster.of_type(job.gpu_type) if n.schedulable)
-    after = _AfterEviction(state, job, ctx)
     out = []
     for _, victim in candidates:
         if victim.held_gpus + free >= job.min_gpus:
@@ -222,15 +226,6 @@ def _candidates(state: CellState, job: Job, ctx: Context) -> list[tuple[tuple, J
                      victim.job_id), victim))
     out.sort(key=lambda c: c[0][1:])
     return out
-
-
-def _placeable_after(state: CellState, job: Job, victims: list[Job], most: int, ctx: Context,
-                     excluded: list[str]) -> bool:
-    """The placement itself, on a view with the victims' GPUs given back."""
-    view = CapacityView(state.cluster)
-    for victim in victims:
-        view.release(victim)
-    return isinstance(place_gang(view, job, most, ctx.policy.placement, excluded), Placement)
 
 
 class _AfterEviction:
@@ -309,8 +304,11 @@ class _AfterEviction:
         if not fit.fits:
             return False
         excluded = self._excluded()
-        if job.topology_required is not None:
-            return _placeable_after(state, job, list(self.victims.values()), most, self.ctx, sorted(excluded))
+        if job.topology_required is not None:  # the placement itself, with the victims' GPUs given back
+            view = CapacityView(state.cluster)
+            for victim in self.victims.values():
+                view.release(victim)
+            return isinstance(place_gang(view, job, most, self.ctx.policy.placement, sorted(excluded)), Placement)
         counted, g, slots = state.cluster.counted, job.gpus_per_worker, self.slots
         for name in excluded:
             if name in counted and state.cluster.nodes[name].gpu_type == job.gpu_type:
