@@ -7,10 +7,13 @@ import sys
 from collections.abc import Sequence
 from types import ModuleType
 
-from events import broker_cli, schemas_cli, topics_cli
-from replay import rebuild, verify
-from services import demo, fleet_cli, load_cli, run_cli, watch
-from services.simulation import scenario_cli, sim_cli
+from events import broker_cli, load_cli, schemas_cli, topics_cli
+from projections import watch
+from replay import demo, rebuild, verify
+from replay.scenario import cli as scenario_cli
+from replay.sim import cli as sim_cli
+from services import run_cli
+from services.agent import fleet_cli
 
 # Each module provides `add_arguments(parser)` and `run(args) -> int`.
 SUBCOMMANDS: tuple[tuple[str, str, ModuleType], ...] = (

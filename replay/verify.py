@@ -20,7 +20,7 @@ from events.log import EventConsumer
 from events.topics import cells_from_env, topic_names
 from projections.cell import CellState
 from projections.evolve import fold_assumed
-from services.decider import Context, Decider, step
+from services.core.decider import Context, Decider, step
 from services.policy import DEFAULT_POLICY, Policy
 from services.run_cli import DECIDERS
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from events.topics import cells_from_env, topic_names, topic_prefix
 from services.admitter.decide import Admitter
-from services.clock import VirtualClock, epoch_from_env, run_clock
+from events.clock import VirtualClock, epoch_from_env, run_clock
 from services.placer.decide import Placer
 from services.policy import DEFAULT_POLICY
 from services.preemptor.decide import Preemptor

@@ -32,7 +32,7 @@ from events.topics import TopicNames
 from projections.cell import CellState
 from projections.evolve import fold_assumed
 from projections.store import ProjectionStore
-from services.decider import Context, Decider, step
+from services.core.decider import Context, Decider, step
 from services.policy import Policy
 
 log = logging.getLogger("gangway.shell")

@@ -7,7 +7,7 @@ decider on a fresh virtual cell, so a test can state a situation in the domain's
 from __future__ import annotations
 
 from events import models as m
-from services.simulation.runner import VirtualCell
+from replay.runner import VirtualCell
 
 H100 = "H100"
 

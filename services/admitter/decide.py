@@ -7,23 +7,22 @@ min_workers (Volcano minAvailable) takes as many workers as fit, from all of the
 minimum, all or nothing for that count; its quota is reserved for the placed workers only. A gang that
 is blocked for capacity long enough holds a reservation: its nodes drain for it while smaller
 work backfills elsewhere, or on the reserved nodes themselves when its time limit ends it before
-the reservation's shadow time (Slurm's EASY backfill; see services/placement.py).
+the reservation's shadow time (Slurm's EASY backfill; see services/core/placement.py).
 """
 
 from __future__ import annotations
 
-import heapq
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 from events import models as m
 from events.models import Reason
 from projections.cell import CellState
 from projections.cluster import CELL
 from projections.jobs import Job, JobState
-from projections.tenancy import Admissibility, Tenancy
-from services.admitter.queue import WaitingGangs, order_key
-from services.decider import Context
-from services.placement import (CapacityView, Placement, Unplaceable, ends_before, excluded_nodes, may_backfill,
+from services.core.queue import WaitingGangs, order_key
+from services.core.quota import quota_fit
+from services.core.decider import Context
+from services.core.placement import (CapacityView, Placement, Unplaceable, ends_before, excluded_nodes, may_backfill,
                                 place_gang, shadow_times)
 
 #: Events after which queued work may fit: capacity or quota came free, or time passed.
@@ -141,14 +140,6 @@ def _problem(state: CellState, e: m.JobSubmitted, offset: int) -> tuple[Reason, 
             return (Reason.LARGER_THAN_TOPOLOGY_DOMAIN,
                     f"{fewest} workers do not fit in any {e.topology_required} (largest holds {max(slots.values())})")
     return None
-
-
-def queue_order(state: CellState, jobs: list[Job], fair_share: bool, nominal_first: bool = True) -> Iterator[Job]:
-    """`jobs` in queue order, lazily (the preemptor looks at the first few)."""
-    key = order_key(state, fair_share, nominal_first)
-    keyed = [(key(j), j) for j in jobs]
-    heapq.heapify(keyed)
-    return (heapq.heappop(keyed)[1] for _ in range(len(keyed)))
 
 
 def admission_cycle(state: CellState, ctx: Context, only: Job | None = None, refresh: bool = True) -> list[m.Decision]:
@@ -307,17 +298,6 @@ def _fits_its_nominal(state: CellState, job: Job) -> bool:
 def _free_gpus(state: CellState, gpu_type: str) -> int:
     histogram = state.cluster.histogram.get((gpu_type, CELL, ""), [])
     return sum(free * count for free, count in enumerate(histogram))
-
-
-def quota_fit(tenancy: Tenancy, job: Job, borrowing: bool,
-              usage: dict[tuple[str, str], int]) -> tuple[int, Admissibility]:
-    """The most workers, from the whole gang down to its min_workers, whose GPUs fit the team's quota."""
-    count = job.workers
-    fit = tenancy.admissible(job.team, job.gpu_type, job.gpus, borrowing, usage)
-    while not fit.fits and job.min_workers is not None and count > job.min_count:
-        count -= 1
-        fit = tenancy.admissible(job.team, job.gpu_type, count * job.gpus_per_worker, borrowing, usage)
-    return count, fit
 
 
 def _admit(state: CellState, job: Job, gpus: int, borrowed: int, placement: Placement,

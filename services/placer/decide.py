@@ -12,8 +12,8 @@ from events import models as m
 from events.models import Reason
 from projections.cell import CellState
 from projections.jobs import Job, JobState
-from services.decider import Context
-from services.placement import CapacityView, Placement, off_limits
+from services.core.decider import Context
+from services.core.placement import CapacityView, Placement, off_limits
 
 #: Events after which an admitted job may need (re)placing.
 TRIGGERS = (m.JobAdmitted, m.JobPlaced)

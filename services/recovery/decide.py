@@ -15,7 +15,7 @@ from events.models import Reason, XidAction
 from projections.cell import CellState
 from projections.cluster import Node
 from projections.jobs import Job, JobState
-from services.decider import Context
+from services.core.decider import Context
 from services.recovery.xid import classify
 
 _XID_REASONS = {XidAction.RETIRE_GPU: Reason.GPU_XID_HARDWARE, XidAction.CORDON_NODE: Reason.GPU_XID_NODE,

@@ -23,8 +23,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from events import models as m  # noqa: E402
 from projections.jobs import JobState  # noqa: E402
-from services.simulation.runner import VirtualCell  # noqa: E402
-from services.simulation.traces import gang_shape, itp_jobs  # noqa: E402
+from replay.runner import VirtualCell  # noqa: E402
+from events.traces import gang_shape, itp_jobs  # noqa: E402
 
 TEAMS = [f"team{i:02d}" for i in range(16)]
 

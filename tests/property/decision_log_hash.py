@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 from events.codec import EventCodec
-from services.simulation.scenario import run, run_file
+from replay.scenario.play import run, run_file
 from tests.property.streams import RandomChooser, stream
 
 ROOT = Path(__file__).resolve().parents[2]

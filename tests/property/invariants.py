@@ -8,8 +8,8 @@ from events import models as m
 from projections.cell import CellState
 from projections.evolve import SUPERSEDED
 from projections.jobs import HOLDING, JobState
-from services.decider import Context
-from services.placement import ends_before, shadow_time
+from services.core.decider import Context
+from services.core.placement import ends_before, shadow_time
 
 
 def _took_effect(job, offset: int) -> bool:

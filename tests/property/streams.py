@@ -6,8 +6,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Protocol
 
-from services.simulation.scenario import parse
-from services.simulation.scenario_spec import Scenario
+from replay.scenario.play import parse
+from replay.scenario.spec import Scenario
 
 NODES = ["n0", "n1", "n2", "n3", "n4"]  # n2 and n4 are hot spares
 TEAMS = ["a", "b", "c"]  # a and b share a cohort; c stands alone

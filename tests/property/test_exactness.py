@@ -10,12 +10,13 @@ from hypothesis import strategies as st
 from events import models as m
 from events.models import Reason
 from projections.jobs import JobState
-from services.admitter.decide import Admitter, quota_fit
-from services.admitter.queue import WaitingGangs
-from services.decider import Context
-from services.placement import CapacityView, Placement, off_limits, place_gang
+from services.admitter.decide import Admitter
+from services.core.quota import quota_fit
+from services.core.queue import WaitingGangs
+from services.core.decider import Context
+from services.core.placement import CapacityView, Placement, off_limits, place_gang
 from services.preemptor.decide import _AfterEviction
-from services.simulation.scenario import run
+from replay.scenario.play import run
 from tests.property.streams import DataChooser, stream
 
 

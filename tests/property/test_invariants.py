@@ -5,7 +5,7 @@ import yaml
 from hypothesis import HealthCheck, given, note, settings
 from hypothesis import strategies as st
 
-from services.simulation.scenario import run
+from replay.scenario.play import run
 from tests.property.invariants import Invariants
 from tests.property.streams import DataChooser, stream
 

@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from replay.cli import main
-from services.simulation.scenario import ScenarioError, load, run_file
+from replay.scenario.play import ScenarioError, load, run_file
 
 HERE = Path(__file__).parent
 SCENARIOS = sorted(HERE.glob("*.yaml"))
@@ -97,7 +97,7 @@ def test_the_documented_example_runs_and_meets_its_expectations():
 
     import yaml
 
-    from services.simulation.scenario import parse, run
+    from replay.scenario.play import parse, run
 
     doc = (HERE.parents[1] / "docs" / "scenarios.md").read_text()
     example = re.search(r"## A complete example\n\n```yaml\n(.*?)```", doc, re.S).group(1)

@@ -8,10 +8,11 @@ from pathlib import Path
 import pytest
 
 from services.policies import CATALOGUE
-from services.simulation import sim
+from replay.sim import workload
+from replay.sim.run import RunOutcome, run as run_policy, simulate
 
 #: No failures and no checkpoint, restart or start-up costs unless a test asks: outcomes are known in advance.
-QUIET = sim.SimConfig(failures_per_1000_gpu_days=0.0, checkpoint_cost_s=0, restart_cost_s=0, start_delay_s=0,
+QUIET = workload.SimConfig(failures_per_1000_gpu_days=0.0, checkpoint_cost_s=0, restart_cost_s=0, start_delay_s=0,
                       private=False)
 H = 3600
 
@@ -32,14 +33,14 @@ def traces(tmp_path: Path) -> Path:
     return folder
 
 
-def run(folder: Path, policy: str, gpus: int, **config) -> tuple[dict, sim.RunOutcome]:
+def run(folder: Path, policy: str, gpus: int, **config) -> tuple[dict, RunOutcome]:
     """(result JSON, outcome with per-job figures) of one policy on the traces in `folder`."""
-    cfg = sim.with_config(QUIET, gpus=gpus, **config)
-    return sim.run(sim.build_workload([folder], cfg), policy, cfg)
+    cfg = workload.with_config(QUIET, gpus=gpus, **config)
+    return run_policy(workload.build_workload([folder], cfg), policy, cfg)
 
 
 def queue_s(folder: Path, policy: str, gpus: int, **config) -> dict[str, float | None]:
     """Each job's queueing delay in seconds (None if it did not succeed)."""
-    cfg = sim.with_config(QUIET, gpus=gpus, **config)
-    outcome = sim.simulate(sim.build_workload([folder], cfg), CATALOGUE[policy], cfg)
+    cfg = workload.with_config(QUIET, gpus=gpus, **config)
+    outcome = simulate(workload.build_workload([folder], cfg), CATALOGUE[policy], cfg)
     return {job_id: waited for job_id, (_, waited, _) in outcome.per_job.items()}

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 from replay import cli
-from services.simulation import sim
-from services.simulation.traces import TRACES, read_jobs, trace_files
+from replay.sim import workload as sim
+from events.traces import TRACES, read_jobs, trace_files
 from tests.sim.conftest import H, queue_s, run, write_trace
 
 

@@ -11,12 +11,12 @@ IO_LIBRARIES = {"confluent_kafka", "rocksdict", "fastavro", "time", "random", "u
 # projections/ and services/ is the pure core.
 SHELL_MODULES = {
     "projections/store.py", "services/shell.py",
-    "services/clock.py", "services/run_cli.py", "services/watch.py", "services/demo.py",
+    "events/clock.py", "services/run_cli.py", "projections/watch.py", "replay/demo.py",
     # The simulated fleet and the trace loader play node agents and launchers, outside the control
     # plane: they read the clock, draw seeded failures and write to Kafka.
-    "services/fleet_failures.py", "services/fleet_cli.py", "services/load_cli.py",
+    "services/agent/failures.py", "services/agent/fleet_cli.py", "events/load_cli.py",
     # the trace-driven simulator: wall-clock timing, seeded failure draws, files and plots
-    "services/simulation/sim.py", "services/simulation/sim_cli.py", "services/simulation/report.py",
+    "replay/sim/run.py", "replay/sim/cli.py", "replay/sim/report.py",
 }
 
 

@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 
 from events import models as m
-from services.clock import VirtualClock
-from services.load import Slice, quota_shares, select, submissions, team_events
-from services.load_cli import play
-from services.simulation.traces import TRACES, trace_rows
+from events.clock import VirtualClock
+from events.load import Slice, quota_shares, select, submissions, team_events
+from events.load_cli import play
+from events.traces import TRACES, trace_rows
 
 
 def write(path: Path, header: str, *rows: str) -> Path:

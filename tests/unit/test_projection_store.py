@@ -11,7 +11,7 @@ from projections.cell import CellState
 from projections.evolve import evolve
 from projections.snapshot import dump
 from projections.store import ProjectionStore
-from services.simulation.scenario import load, run
+from replay.scenario.play import load, run
 
 SCENARIOS = sorted((Path(__file__).resolve().parents[1] / "scenarios").glob("*.yaml"))
 

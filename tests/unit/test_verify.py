@@ -13,7 +13,7 @@ import pytest
 from events import models as m
 from replay.verify import verify
 from services.run_cli import DECIDERS
-from services.simulation.scenario import load, run
+from replay.scenario.play import load, run
 
 SCENARIOS = sorted((Path(__file__).resolve().parents[1] / "scenarios").glob("*.yaml"))
 

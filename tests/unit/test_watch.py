@@ -2,8 +2,8 @@
 
 from pathlib import Path
 
-from services.simulation.scenario import load, run
-from services.watch import CellView
+from replay.scenario.play import load, run
+from projections.watch import CellView
 
 DEMO = Path(__file__).resolve().parents[1] / "scenarios" / "demo.yaml"
 

@@ -15,12 +15,15 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from events.models import Reason
 from projections.cell import CellState
 from projections.cluster import CELL, Cluster, Node
 from projections.jobs import Job
-from services.placer.policy import PlacementPolicy
+
+if TYPE_CHECKING:  # the placer's knobs, passed in by whichever decider places
+    from services.placer.policy import PlacementPolicy
 
 Assignments = tuple[tuple[int, str, tuple[int, ...]], ...]  # (worker, node, GPU indices)
 

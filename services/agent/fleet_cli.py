@@ -1,4 +1,4 @@
-"""`gangway fleet`: the simulated fleet (services/fleet.py) on Kafka, one process for every node of the given cells."""
+"""`gangway fleet`: the simulated fleet (services/agent/fleet.py) on Kafka, one process for every node of the given cells."""
 
 from __future__ import annotations
 
@@ -12,11 +12,11 @@ from confluent_kafka import TopicPartition
 
 from events.log import EventConsumer, EventProducer
 from events.topics import TopicNames, cell_partition, cells_from_env, topic_names, topic_prefix
-from services.clock import VirtualClock, epoch_from_env
-from services.fleet import Fleet, FleetSpec
-from services.fleet_failures import FailureSpec
-from services.simulation.agents import AgentTiming
-from services.simulation.durations import parse_duration
+from events.clock import VirtualClock, epoch_from_env
+from services.agent.fleet import Fleet, FleetSpec
+from services.agent.failures import FailureSpec
+from services.agent.simulated import AgentTiming
+from events.durations import parse_duration
 
 log = logging.getLogger("gangway.fleet")
 MAX_WAIT_S = 0.1  # longest poll: timers are checked at least this often

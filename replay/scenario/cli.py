@@ -12,7 +12,7 @@ import json
 import sys
 
 from events import models as m
-from services.simulation.scenario import Outcome, ScenarioError, run_file
+from replay.scenario.play import Outcome, ScenarioError, run_file
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

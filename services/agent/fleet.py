@@ -3,7 +3,7 @@
 `Fleet` is the agents' logic for every node of some cells, without Kafka: `observe` folds each
 event of the main log (in log order) and reacts to it by setting timers; `fire(now)` runs the
 timers that are due and queues the events they produce; `drain` hands those to the writer
-(`services/fleet_cli.py`, the Kafka loop). It is the Kafka twin of `services/simulation/agents.py`.
+(`services/agent/fleet_cli.py`, the Kafka loop). It is the Kafka twin of `services/agent/simulated.py`.
 
 Determinism. The fleet is outside the control plane: its reports are *inputs*, recorded on the
 log like a launcher's submissions, and replay reads them back instead of re-running the fleet.
@@ -12,11 +12,11 @@ the fleet's wall-clock timing was. The fleet itself is as reproducible as an out
 - job reports are stamped with the time they were *due* (the decision they answer plus a start
   delay, a duration, a checkpoint period), not with the wall clock, so their content depends
   only on the log the fleet read; a slow fleet writes them later, never differently;
-- failures come from `random.Random(seed)` (services/fleet_failures.py) as offsets from the
+- failures come from `random.Random(seed)` (services/agent/failures.py) as offsets from the
   fleet's start, so a seed gives the same node losses and Xid errors at the same points of its run;
 - only heartbeats carry the virtual "now" (they say "alive now"), which is what recovery's
   silence detection compares with the clock's ticks. Clock, fleet and load must therefore share
-  the speedup and the epoch (services/clock.py).
+  the speedup and the epoch (events/clock.py).
 """
 
 from __future__ import annotations
@@ -31,8 +31,8 @@ from events.models import XidAction
 from projections.cell import CellState
 from projections.evolve import evolve
 from projections.jobs import JobState
-from services.fleet_failures import HOUR_MS, Failure, FailureSpec, failure_schedule
-from services.simulation.agents import AgentTiming
+from services.agent.failures import HOUR_MS, Failure, FailureSpec, failure_schedule
+from services.agent.simulated import AgentTiming
 
 DEFAULT_DURATION_MS = HOUR_MS  # a job without a `duration_ms` label trains for an hour
 HEALTH_CHECK_MS = 60_000  # a node recovery failed while it was fine passes its checks this much later

@@ -28,9 +28,9 @@ from events import models as m
 from events.broker import KafkaSetupError, LocalKafka, quiet_logger
 from events.log import EventConsumer, EventProducer
 from events.topics import ensure_topics, topic_names
-from services.clock import VirtualClock
-from services.simulation.traces import ITP
-from services.watch import CellView
+from events.clock import VirtualClock
+from events.traces import ITP
+from projections.watch import CellView
 
 CELL = "cell-a"
 TRACES = ("cluster03.csv", "cluster04.csv", "cluster07.csv")

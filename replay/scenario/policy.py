@@ -6,7 +6,7 @@ import dataclasses
 from typing import Any
 
 from services.policy import DEFAULT_POLICY, Policy
-from services.simulation.durations import parse_duration
+from events.durations import parse_duration
 
 
 def policy_from(overrides: dict[str, Any]) -> Policy:

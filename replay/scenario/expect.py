@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from events import models as m
-from services.simulation.runner import VirtualCell
-from services.simulation.scenario_spec import Expect
+from replay.runner import VirtualCell
+from replay.scenario.spec import Expect
 
 
 @dataclass(frozen=True)

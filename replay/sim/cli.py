@@ -18,8 +18,10 @@ import time
 from pathlib import Path
 
 from services.policies import CATALOGUE
-from services.simulation import report
-from services.simulation.sim import ProgressBar, SimConfig, build_workload, run as run_policy
+from replay.sim import report
+from replay.sim.progress import ProgressBar
+from replay.sim.run import run as run_policy
+from replay.sim.workload import SimConfig, build_workload
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

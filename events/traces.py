@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 #: Where the shared traces sit beside a checkout of this repository.
-TRACES = Path(__file__).resolve().parents[3] / "shared" / "traces"
+TRACES = Path(__file__).resolve().parents[2] / "shared" / "traces"
 ITP = TRACES / "microsoft-itp-2021"
 
 #: Column names of each job-trace format we read: (submit, duration, GPUs).

@@ -9,12 +9,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from events.models import Decision, Envelope, Event, Reason
 from projections.cell import CellState
 from projections.evolve import evolve
-from services.policy import Policy
+
+if TYPE_CHECKING:  # knobs are values the caller passes in; the core does not depend on the deciders' policies
+    from services.policy import Policy
 
 
 @dataclass

@@ -13,9 +13,9 @@ from pathlib import Path
 from events import models as m
 from events.log import EventProducer
 from events.topics import cells_from_env, topic_names, topic_prefix
-from services.clock import VirtualClock, epoch_from_env
-from services.load import Slice, select, submissions, team_events
-from services.simulation.traces import trace_rows
+from events.clock import VirtualClock, epoch_from_env
+from events.load import Slice, select, submissions, team_events
+from events.traces import trace_rows
 
 BATCH = 500  # submissions per transaction at most
 

@@ -8,9 +8,9 @@ having to know them.
 from __future__ import annotations
 
 from events import models as m
-from services.simulation.agents import SimulatedAgents
-from services.simulation.runner import VirtualCell
-from services.simulation.scenario_spec import Input, Scenario
+from services.agent.simulated import SimulatedAgents
+from replay.runner import VirtualCell
+from replay.scenario.spec import Input, Scenario
 
 
 def apply(item: Input, scenario: Scenario, cell: VirtualCell, agents: SimulatedAgents) -> None:

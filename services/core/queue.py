@@ -92,3 +92,11 @@ class WaitingGangs:
                 self.cursor.append(0)
                 self._push(len(self.groups) - 1)
         return [job for job in rest if job.not_before <= self.now]
+
+
+def queue_order(state: CellState, jobs: list[Job], fair_share: bool, nominal_first: bool = True) -> Iterator[Job]:
+    """`jobs` in queue order, lazily (the preemptor looks at the first few)."""
+    key = order_key(state, fair_share, nominal_first)
+    keyed = [(key(j), j) for j in jobs]
+    heapq.heapify(keyed)
+    return (heapq.heappop(keyed)[1] for _ in range(len(keyed)))

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from events import models as m
-from services.simulation.traces import TraceRow, gang_shape
+from events.traces import TraceRow, gang_shape
 
 PRODUCER = "load"
 # Each trace file is one team (its stem: `cluster04`, `philly_103959`) and teams are spread over the cells in

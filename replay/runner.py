@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from events import models as m
 from projections.cell import CellState
 from services.admitter.decide import Admitter
-from services.decider import Decider, step
+from services.core.decider import Decider, step
 from services.placer.decide import Placer
 from services.policy import DEFAULT_POLICY, Policy
 from services.preemptor.decide import Preemptor

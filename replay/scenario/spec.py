@@ -14,8 +14,8 @@ from pydantic import (BaseModel, BeforeValidator, ConfigDict, Discriminator, Fie
 
 from events.models import EVENT_TYPES_BY_NAME, Reason
 from projections.jobs import JobState
-from services.simulation.durations import format_duration, parse_duration
-from services.simulation.scenario_policy import policy_from
+from events.durations import format_duration, parse_duration
+from replay.scenario.policy import policy_from
 
 Duration = Annotated[NonNegativeInt, BeforeValidator(parse_duration)]
 

@@ -1,0 +1,1 @@
+"""Node agents: the simulated fleet on Kafka, the simulated agents of virtual-time runs, and their failures."""

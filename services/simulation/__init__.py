@@ -1,1 +1,0 @@
-"""Virtual-time shells over the pure core: the in-memory log runner, simulated node agents, scenario files."""
