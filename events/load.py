@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from events import models as m
+from events.submission import job_submitted
 from events.traces import TraceRow, gang_shape
 
 PRODUCER = "load"
@@ -94,10 +95,8 @@ def submissions(rows: Sequence[TraceRow], cells: Sequence[str], origin_ms: int, 
     for row in rows:
         job_id = f"{row.cluster}-{row.row}"
         workers, per_worker = gang_shape(row.gpus, gpus_per_node)
-        out.append(m.JobSubmitted(
-            envelope=m.Envelope(event_id=f"{PRODUCER}/{job_id}", cell=homes[row.cluster],
-                                at=origin_ms + int((row.submit_s - t0) * 1000 / compress), producer=PRODUCER,
-                                correlation_id=job_id),
-            job_id=job_id, team=row.cluster, workers=workers, gpus_per_worker=per_worker, gpu_type=gpu_type,
-            labels={"duration_ms": str(int(row.duration_s * 1000 / compress))}))
+        out.append(job_submitted(job_id, row.cluster, workers, per_worker, gpu_type, cell=homes[row.cluster],
+                                 at=origin_ms + int((row.submit_s - t0) * 1000 / compress), producer=PRODUCER,
+                                 event_id=f"{PRODUCER}/{job_id}",
+                                 labels={"duration_ms": str(int(row.duration_s * 1000 / compress))}))
     return out

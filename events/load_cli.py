@@ -11,10 +11,10 @@ import uuid
 from pathlib import Path
 
 from events import models as m
-from events.log import EventProducer
-from events.topics import cells_from_env, topic_names, topic_prefix
 from events.clock import VirtualClock, epoch_from_env
 from events.load import Slice, select, submissions, team_events
+from events.log import EventProducer
+from events.topics import cells_from_env, topic_names, topic_prefix
 from events.traces import trace_rows
 
 BATCH = 500  # submissions per transaction at most

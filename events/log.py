@@ -44,7 +44,7 @@ class LogRecord:
         )
 
 
-def _retrying(call, attempts: int = 20, pause_s: float = 0.5):
+def retrying(call, attempts: int = 20, pause_s: float = 0.5):
     """Retries a call while the broker answers with a retriable error (a group coordinator still loading)."""
     for attempt in range(attempts):
         try:
@@ -147,7 +147,7 @@ class EventConsumer:
     def assign_cells(self, cells: Sequence[str]) -> None:
         """Reads these cells' partitions from their committed offsets (or the start)."""
         partitions = [TopicPartition(self.topics.events, cell_partition(self.cells, c)) for c in cells]
-        committed = _retrying(lambda: self._consumer.committed(partitions, timeout=30))
+        committed = retrying(lambda: self._consumer.committed(partitions, timeout=30))
         self._consumer.assign([TopicPartition(p.topic, p.partition, p.offset if p.offset >= 0 else 0)
                                for p in committed])
 
@@ -157,7 +157,7 @@ class EventConsumer:
         self._consumer.subscribe(list(topics), on_assign=on_assign, on_revoke=on_revoke, on_lost=on_revoke)
 
     def committed(self, partitions: list[TopicPartition]) -> list[TopicPartition]:
-        return _retrying(lambda: self._consumer.committed(partitions, timeout=30))
+        return retrying(lambda: self._consumer.committed(partitions, timeout=30))
 
     def poll(self, max_records: int = 500, timeout: float = 1.0) -> list[LogRecord]:
         records = []

@@ -8,13 +8,12 @@ import os
 import signal
 import sys
 import time
-import uuid
 from collections import Counter, deque
 from dataclasses import dataclass, field
 
 from events import models as m
-from events.log import EventConsumer
-from events.topics import cells_from_env, topic_names
+from events.reader import LogReader
+from events.topics import cells_from_env
 from projections.cell import CellState
 from projections.evolve import evolve
 from projections.jobs import JobState
@@ -77,25 +76,23 @@ def run(args: argparse.Namespace) -> int:
     cells = cells_from_env()
     cell = args.cell or cells[0]
     view = CellView()
-    consumer = EventConsumer(args.bootstrap_servers, f"watch-{uuid.uuid4().hex}", topic_names(), cells, assign=[cell])
     stopping = []
     signal.signal(signal.SIGTERM, lambda *_: stopping.append(True))
     signal.signal(signal.SIGINT, lambda *_: stopping.append(True))
-    try:
-        last = 0.0
-        while not stopping:
-            records = consumer.poll(2000, 0.2)
-            for record in records:
+    with LogReader([cell], args.bootstrap_servers, all_cells=cells) as reader:
+        if args.once:
+            for record in reader.read():
                 if record.event is not None:
                     view.fold(record.offset, record.event)
-            if args.once and not records:
-                break
-            if not args.once and time.monotonic() - last >= args.interval:
+            print(view.render())
+            return 0
+        last = 0.0
+        while not stopping:
+            for record in reader.poll(0.2):
+                if record.event is not None:
+                    view.fold(record.offset, record.event)
+            if time.monotonic() - last >= args.interval:
                 sys.stdout.write("\x1b[H\x1b[2J" + view.render() + "\n")
                 sys.stdout.flush()
                 last = time.monotonic()
-    finally:
-        consumer.close()
-    if args.once:
-        print(view.render())
     return 0

@@ -26,9 +26,11 @@ from confluent_kafka.admin import AdminClient
 
 from events import models as m
 from events.broker import KafkaSetupError, LocalKafka, quiet_logger
-from events.log import EventConsumer, EventProducer
-from events.topics import ensure_topics, topic_names
 from events.clock import VirtualClock
+from events.log import EventProducer
+from events.reader import LogReader
+from events.submission import job_submitted
+from events.topics import ensure_topics, topic_names
 from events.traces import ITP
 from projections.watch import CellView
 
@@ -111,13 +113,13 @@ class Demo:
         self.start("fleet", "fleet", "--nodes", str(a.nodes), "--nodes-per-rack", "4", "--racks-per-block", "4",
                    "--checkpoint-every", "5m", "--checkpoint-delay", "20s", *speed,
                    "--fail-node", f"{CELL}-b0-r0-n0", "--fail-at", str(a.node_failure_at * 60))
-        consumer = EventConsumer(self.bootstrap, f"demo-{uuid.uuid4().hex}", self.topics, [CELL], assign=[CELL])
+        reader = LogReader([CELL], self.bootstrap, all_cells=[CELL], topics=self.topics)
         began = time.monotonic()
         loaded = False
         last_screen = 0.0
         try:
             while not self.stopping and time.monotonic() - began < a.duration:
-                for record in consumer.poll(2000, 0.2):
+                for record in reader.poll(0.2):
                     if record.event is not None:
                         self._fold(record.offset, record.event)
                 if not loaded and len(self.view.state.cluster.nodes) >= a.nodes:
@@ -132,7 +134,7 @@ class Demo:
                     self._show(time.monotonic() - began)
                     last_screen = time.monotonic()
         finally:
-            consumer.close()
+            reader.close()
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
 
@@ -156,11 +158,8 @@ class Demo:
         self.reclaim = f"{lender}-reclaim"
         producer = EventProducer(self.bootstrap, f"demo-launcher-{uuid.uuid4().hex}", self.topics, [CELL])
         with producer.transaction():
-            producer.produce(m.JobSubmitted(
-                envelope=m.Envelope(event_id=f"launcher-{self.reclaim}", cell=CELL, at=self.clock.now_ms(),
-                                    producer="launcher"),
-                job_id=self.reclaim, team=lender, workers=workers, gpus_per_worker=8, gpu_type="H100",
-                labels={"duration_ms": str(30 * 60_000)}))
+            producer.produce(job_submitted(self.reclaim, lender, workers, 8, "H100", cell=CELL, at=self.clock.now_ms(),
+                                           labels={"duration_ms": str(30 * 60_000)}))
 
     def _show(self, elapsed: float) -> None:
         header = (f"Gangway demo  {elapsed:5.0f}/{self.args.duration:.0f} s  (event time x{self.args.speedup:g})"

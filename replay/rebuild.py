@@ -6,11 +6,10 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-import uuid
 from pathlib import Path
 
-from events.log import EventConsumer
-from events.topics import cells_from_env, topic_names
+from events.reader import LogReader
+from events.topics import cells_from_env
 from projections.cell import CellState
 from projections.evolve import evolve
 from projections.snapshot import dump
@@ -21,29 +20,17 @@ from projections.store import ProjectionStore
 TIMING_FIELDS = ("history", "reason_offset")
 
 
-def rebuild(bootstrap: str, cell: str, store: ProjectionStore, to_offset: int | None = None,
-            idle_polls: int = 3) -> CellState:
+def rebuild(bootstrap: str, cell: str, store: ProjectionStore, to_offset: int | None = None) -> CellState:
     """Folds the cell's committed log from offset 0 (to `to_offset` inclusive) and saves it."""
-    cells = cells_from_env()
-    consumer = EventConsumer(bootstrap, f"rebuild-{uuid.uuid4().hex}", topic_names(), cells, assign=[cell])
     state = CellState(cell=cell)
-    idle = 0
-    try:
-        while idle < idle_polls:
-            records = consumer.poll(2000, 1.0)
-            idle = 0 if records else idle + 1
-            for record in records:
-                if to_offset is not None and record.offset > to_offset:
-                    idle = idle_polls
-                    break
-                if record.event is not None:
-                    evolve(state, record.event, record.offset)
-                else:
-                    state.offset = record.offset
+    with LogReader([cell], bootstrap) as reader:
+        for record in reader.read(to_offset):
+            if record.event is not None:
+                evolve(state, record.event, record.offset)
+            else:
+                state.offset = record.offset
             if len(state.dirty) > 5000:
                 store.save(state)
-    finally:
-        consumer.close()
     store.save(state, everything=True)
     return state
 

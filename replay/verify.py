@@ -11,13 +11,12 @@ from __future__ import annotations
 
 import argparse
 import os
-import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from events import models as m
-from events.log import EventConsumer
-from events.topics import cells_from_env, topic_names
+from events.reader import read_log
+from events.topics import cells_from_env
 from projections.cell import CellState
 from projections.evolve import fold_assumed
 from services.core.decider import Context, Decider, step
@@ -102,16 +101,6 @@ def run(args: argparse.Namespace) -> int:
     return 1 if failed else 0
 
 
-def read_cell_log(bootstrap: str, cell: str, cells: Sequence[str], idle_polls: int = 3) -> list[tuple[int, m.Event]]:
+def read_cell_log(bootstrap: str, cell: str, cells: Sequence[str]) -> list[tuple[int, m.Event]]:
     """The cell's committed log from offset 0, as (offset, event); undecodable records are left out."""
-    consumer = EventConsumer(bootstrap, f"verify-{uuid.uuid4().hex}", topic_names(), cells, assign=[cell])
-    logged: list[tuple[int, m.Event]] = []
-    idle = 0
-    try:
-        while idle < idle_polls:
-            records = consumer.poll(5000, 1.0)
-            idle = 0 if records else idle + 1
-            logged += [(r.offset, r.event) for r in records if r.event is not None]
-    finally:
-        consumer.close()
-    return logged
+    return [(r.offset, r.event) for r in read_log(cell, bootstrap, all_cells=cells) if r.event is not None]

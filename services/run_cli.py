@@ -11,9 +11,9 @@ import sys
 import time
 from pathlib import Path
 
+from events.clock import VirtualClock, epoch_from_env, run_clock
 from events.topics import cells_from_env, topic_names, topic_prefix
 from services.admitter.decide import Admitter
-from events.clock import VirtualClock, epoch_from_env, run_clock
 from services.placer.decide import Placer
 from services.policy import DEFAULT_POLICY
 from services.preemptor.decide import Preemptor

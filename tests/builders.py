@@ -7,6 +7,7 @@ decider on a fresh virtual cell, so a test can state a situation in the domain's
 from __future__ import annotations
 
 from events import models as m
+from events.submission import job_submitted
 from replay.runner import VirtualCell
 
 H100 = "H100"
@@ -42,8 +43,8 @@ def priority(name: str, value: int, preemptible: bool = True, at: int = 0) -> m.
 def job(job_id: str, workers: int = 1, gpus: int = 8, team: str = "nlp", gpu_type: str = H100, at: int = 0,
         **fields) -> m.JobSubmitted:
     """A gang of `workers` x `gpus` GPUs; other JobSubmitted fields pass through."""
-    return m.JobSubmitted(envelope=env(at, "launcher", f"submit-{job_id}-{at}"), job_id=job_id, team=team,
-                          workers=workers, gpus_per_worker=gpus, gpu_type=gpu_type, **fields)
+    return job_submitted(job_id, team, workers, gpus, gpu_type, cell="test-cell", at=at, producer="launcher",
+                         event_id=f"submit-{job_id}-{at}", **fields)
 
 
 def cancel(job_id: str, at: int = 0) -> m.JobCancelRequested:

@@ -8,9 +8,10 @@ having to know them.
 from __future__ import annotations
 
 from events import models as m
-from services.agent.simulated import SimulatedAgents
+from events.submission import job_submitted
 from replay.runner import VirtualCell
 from replay.scenario.spec import Input, Scenario
+from services.agent.simulated import SimulatedAgents
 
 
 def apply(item: Input, scenario: Scenario, cell: VirtualCell, agents: SimulatedAgents) -> None:
@@ -21,11 +22,10 @@ def _submit(item: Input, scenario: Scenario, cell: VirtualCell, agents: Simulate
     s = item.submit
     if s.runs_for is not None:
         agents.durations[s.job] = s.runs_for
-    cell.schedule(m.JobSubmitted(
-        envelope=cell.envelope(item.at, "launcher", s.job), job_id=s.job, team=s.team, workers=s.workers,
-        gpus_per_worker=s.gpus_per_worker, gpu_type=s.gpu_type or scenario.gpu_types[0], priority_class=s.priority_class,
-        min_workers=s.min_workers, topology_required=s.topology_required, topology_preferred=s.topology_preferred,
-        time_limit_ms=s.time_limit, max_restarts=s.max_restarts))
+    cell.schedule(job_submitted(
+        s.job, s.team, s.workers, s.gpus_per_worker, s.gpu_type or scenario.gpu_types[0], cell=cell.cell, at=item.at,
+        priority_class=s.priority_class, min_workers=s.min_workers, topology_required=s.topology_required,
+        topology_preferred=s.topology_preferred, time_limit_ms=s.time_limit, max_restarts=s.max_restarts))
 
 
 def _cancel(item: Input, scenario: Scenario, cell: VirtualCell, agents: SimulatedAgents) -> None:

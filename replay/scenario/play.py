@@ -12,12 +12,12 @@ import yaml
 from pydantic import ValidationError
 
 from events import models as m
-from services.agent.simulated import AgentTiming, SimulatedAgents
 from replay.runner import Observer, VirtualCell
 from replay.scenario.expect import Result, check
 from replay.scenario.inputs import apply
 from replay.scenario.policy import policy_from
 from replay.scenario.spec import Generator, NodeSpec, Scenario
+from services.agent.simulated import AgentTiming, SimulatedAgents
 
 
 class ScenarioError(ValueError):

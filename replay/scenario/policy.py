@@ -5,8 +5,8 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from services.policy import DEFAULT_POLICY, Policy
 from events.durations import parse_duration
+from services.policy import DEFAULT_POLICY, Policy
 
 
 def policy_from(overrides: dict[str, Any]) -> Policy:

@@ -9,12 +9,23 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import (BaseModel, BeforeValidator, ConfigDict, Discriminator, Field, NonNegativeInt, PositiveFloat,
-                      PositiveInt, Tag, field_validator, model_validator)
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Discriminator,
+    Field,
+    NonNegativeInt,
+    PositiveFloat,
+    PositiveInt,
+    Tag,
+    field_validator,
+    model_validator,
+)
 
+from events.durations import format_duration, parse_duration
 from events.models import EVENT_TYPES_BY_NAME, Reason
 from projections.jobs import JobState
-from events.durations import format_duration, parse_duration
 from replay.scenario.policy import policy_from
 
 Duration = Annotated[NonNegativeInt, BeforeValidator(parse_duration)]

@@ -17,11 +17,11 @@ import sys
 import time
 from pathlib import Path
 
-from services.policies import CATALOGUE
 from replay.sim import report
 from replay.sim.progress import ProgressBar
 from replay.sim.run import run as run_policy
 from replay.sim.workload import SimConfig, build_workload
+from services.policies import CATALOGUE
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:

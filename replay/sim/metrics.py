@@ -13,6 +13,7 @@ from replay.runner import VirtualCell
 from replay.sim.workload import HOUR_MS, Workload
 from services.agent.simulated import SimulatedAgents
 
+
 class Meter:
     """Observer that integrates GPU-time and follows every job while the log plays."""
 

@@ -40,6 +40,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from events import models as m
+from events.submission import job_submitted
 from projections.jobs import JobState
 from replay.runner import VirtualCell
 from replay.sim.metrics import Meter, _metrics, _percentile, _r
@@ -84,10 +85,9 @@ def simulate(workload: Workload, policy: Policy, config: SimConfig, progress: Pr
     start = min(j.submit_ms for j in workload.jobs)
     _configure(cell, workload, config, start)
     for j in workload.jobs:
-        cell.schedule(m.JobSubmitted(envelope=cell.envelope(j.submit_ms, f"launcher/{j.team}", j.job_id),
-                                     job_id=j.job_id, team=j.team, workers=j.workers, gpus_per_worker=j.gpus_per_worker,
-                                     gpu_type=j.gpu_type, max_restarts=config.max_restarts,
-                                     time_limit_ms=_time_limit(j.duration_ms, config)))
+        cell.schedule(job_submitted(j.job_id, j.team, j.workers, j.gpus_per_worker, j.gpu_type, cell=cell.cell,
+                                    at=j.submit_ms, max_restarts=config.max_restarts,
+                                    time_limit_ms=_time_limit(j.duration_ms, config)))
     horizon = max(j.submit_ms + j.duration_ms for j in workload.jobs)
     for at, node, gpu, xid in gpu_failures(workload.nodes, start, horizon, config.failures_per_1000_gpu_days,
                                            config.seed):

@@ -19,11 +19,19 @@ from events.models import Reason
 from projections.cell import CellState
 from projections.cluster import CELL
 from projections.jobs import Job, JobState
+from services.core.decider import Context
+from services.core.placement import (
+    CapacityView,
+    Placement,
+    Unplaceable,
+    ends_before,
+    excluded_nodes,
+    may_backfill,
+    place_gang,
+    shadow_times,
+)
 from services.core.queue import WaitingGangs, order_key
 from services.core.quota import quota_fit
-from services.core.decider import Context
-from services.core.placement import (CapacityView, Placement, Unplaceable, ends_before, excluded_nodes, may_backfill,
-                                place_gang, shadow_times)
 
 #: Events after which queued work may fit: capacity or quota came free, or time passed.
 CYCLE_TRIGGERS = (

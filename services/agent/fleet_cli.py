@@ -8,15 +8,14 @@ import os
 import signal
 import sys
 
-from confluent_kafka import TopicPartition
-
-from events.log import EventConsumer, EventProducer
-from events.topics import TopicNames, cell_partition, cells_from_env, topic_names, topic_prefix
 from events.clock import VirtualClock, epoch_from_env
-from services.agent.fleet import Fleet, FleetSpec
-from services.agent.failures import FailureSpec
-from services.agent.simulated import AgentTiming
 from events.durations import parse_duration
+from events.log import EventProducer
+from events.reader import LogReader
+from events.topics import TopicNames, cells_from_env, topic_names, topic_prefix
+from services.agent.failures import FailureSpec
+from services.agent.fleet import Fleet, FleetSpec
+from services.agent.simulated import AgentTiming
 
 log = logging.getLogger("gangway.fleet")
 MAX_WAIT_S = 0.1  # longest poll: timers are checked at least this often
@@ -82,41 +81,26 @@ def run_fleet(fleet: Fleet, bootstrap: str, topics: TopicNames, cells: tuple[str
     # One transactional id per cell, so a restarted fleet fences the old one and aborts what it left open.
     producers = {cell: EventProducer(bootstrap, f"{name_prefix}gangway-fleet-{cell}", topics, cells)
                  for cell in fleet.cells}
-    # Never commits: every start folds the cell's log from the beginning, as a fresh projection would.
-    consumer = EventConsumer(bootstrap, f"{name_prefix}gangway-fleet", topics, cells, assign=list(fleet.cells))
+    # Every start folds the cells' logs from the beginning, as a fresh projection would.
+    reader = LogReader(fleet.cells, bootstrap, all_cells=cells, topics=topics)
     try:
-        _catch_up(fleet, consumer, topics, cells, stopping)
+        for record in reader.read():  # history: folded without reacting
+            if record.event is not None:
+                fleet.observe(reader.cell_of(record), record.event, record.offset, live=False)
         fleet.adopt(clock.now_ms())
         fleet.register(clock.now_ms())
         log.info("fleet of %d nodes in %s is up", len(fleet.node_cell), ", ".join(fleet.cells))
         while not stopping:
-            for record in consumer.poll(500, _wait_s(fleet, clock)):
+            for record in reader.poll(_wait_s(fleet, clock), 500):
                 if record.event is not None:
-                    fleet.observe(cells[record.partition], record.event, record.offset)
+                    fleet.observe(reader.cell_of(record), record.event, record.offset)
             fleet.fire(clock.now_ms())
             _write(fleet, producers)
         _write(fleet, producers)
     finally:
-        consumer.close()
+        reader.close()
         for producer in producers.values():
             producer.flush()
-
-
-def _catch_up(fleet: Fleet, consumer: EventConsumer, topics: TopicNames, cells: tuple[str, ...],
-              stopping: list[bool]) -> None:
-    """Folds each cell's log up to its last stable offset at start, reacting to nothing: that is history."""
-    ends = {}
-    for cell in fleet.cells:
-        partition = cell_partition(cells, cell)
-        # A read_committed consumer is told the last stable offset, the end of what it can read now.
-        _, ends[partition] = consumer.raw.get_watermark_offsets(TopicPartition(topics.events, partition), timeout=30)
-    while not stopping:
-        for record in consumer.poll(1000, 0.2):
-            if record.event is not None:
-                fleet.observe(cells[record.partition], record.event, record.offset, live=False)
-        positions = consumer.raw.position([TopicPartition(topics.events, p) for p in ends])
-        if all(end == 0 or tp.offset >= end for tp, end in zip(positions, ends.values())):
-            return
 
 
 def _wait_s(fleet: Fleet, clock: VirtualClock) -> float:

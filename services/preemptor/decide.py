@@ -20,10 +20,10 @@ from events.models import Reason
 from projections.cell import CellState
 from projections.cluster import CELL
 from projections.jobs import Job, JobState
-from services.core.queue import queue_order
-from services.core.quota import quota_fit
 from services.core.decider import Context
 from services.core.placement import CapacityView, Placement, ends_before, expected_end, place_gang
+from services.core.queue import queue_order
+from services.core.quota import quota_fit
 
 #: How many of the most entitled waiting gangs that may have victims a Tick reconsiders.
 CANDIDATES_PER_TICK = 8

@@ -29,7 +29,8 @@ from confluent_kafka.admin import AdminClient  # noqa: E402
 from events import models as m  # noqa: E402
 from events.broker import LocalKafka, find_free_base_port, quiet_logger  # noqa: E402
 from events.codec import EventCodec  # noqa: E402
-from events.log import EventConsumer  # noqa: E402
+from events.reader import LogReader  # noqa: E402
+from events.submission import job_submitted  # noqa: E402
 from events.topics import ensure_topics, topic_names  # noqa: E402
 from tests.integration.control_plane import ControlPlane, Operator  # noqa: E402
 
@@ -39,16 +40,16 @@ class PlacedWatcher(threading.Thread):
 
     def __init__(self, bootstrap: str, topics) -> None:
         super().__init__(daemon=True)
-        self.consumer = EventConsumer(bootstrap, f"watch-{uuid.uuid4().hex}", topics, ["cell-a"], assign=["cell-a"])
+        self.reader = LogReader(["cell-a"], bootstrap, all_cells=["cell-a"], topics=topics)
         self.placed: dict[str, float] = {}
         self.stop = False
 
     def run(self) -> None:
         while not self.stop:
-            for record in self.consumer.poll(1000, 0.05):
+            for record in self.reader.poll(0.05):
                 if isinstance(record.event, m.JobPlaced):
                     self.placed.setdefault(record.event.job_id, time.perf_counter())
-        self.consumer.close()
+        self.reader.close()
 
 
 def setup(bootstrap: str, state: Path, name: str):
@@ -70,8 +71,8 @@ def setup(bootstrap: str, state: Path, name: str):
 
 
 def submit(launcher: Producer, topics, codec: EventCodec, operator: Operator, job_id: str) -> None:
-    event = m.JobSubmitted(envelope=operator.envelope(producer="launcher"), job_id=job_id, team="nlp", workers=1,
-                           gpus_per_worker=1, gpu_type="H100")
+    envelope = operator.envelope(producer="launcher")
+    event = job_submitted(job_id, "nlp", 1, 1, "H100", cell=envelope.cell, at=envelope.at, producer="launcher")
     launcher.produce(topics.events, key=b"cell-a", value=codec.encode(event), partition=0)
     launcher.poll(0)
 

@@ -22,9 +22,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from events import models as m  # noqa: E402
+from events.submission import job_submitted  # noqa: E402
+from events.traces import gang_shape, itp_jobs  # noqa: E402
 from projections.jobs import JobState  # noqa: E402
 from replay.runner import VirtualCell  # noqa: E402
-from events.traces import gang_shape, itp_jobs  # noqa: E402
 
 TEAMS = [f"team{i:02d}" for i in range(16)]
 
@@ -56,9 +57,7 @@ def submissions(cell: VirtualCell, count: int) -> list[m.JobSubmitted]:
     out = []
     for i, trace_job in enumerate(itp_jobs(limit=count)):
         workers, per_worker = gang_shape(trace_job.gpus)
-        out.append(m.JobSubmitted(envelope=cell.envelope(1, "launcher"), job_id=f"j{i:05d}",
-                                  team=TEAMS[i % len(TEAMS)], workers=workers, gpus_per_worker=per_worker,
-                                  gpu_type="H100"))
+        out.append(job_submitted(f"j{i:05d}", TEAMS[i % len(TEAMS)], workers, per_worker, "H100", cell=cell.cell, at=1))
     return out
 
 

@@ -13,7 +13,9 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from events import models as m
-from events.log import EventConsumer, EventProducer
+from events.log import EventProducer
+from events.reader import LogReader
+from events.submission import job_submitted
 from events.topics import TopicNames
 from projections.cell import CellState
 from projections.evolve import evolve
@@ -82,8 +84,9 @@ class Operator:
                    m.QuotaSet(envelope=e(), team="nlp", gpu_type="H100", nominal=quota))
 
     def submit(self, job: str, workers: int = 1, gpus: int = 8, cell: str = "cell-a") -> m.JobSubmitted:
-        event = m.JobSubmitted(envelope=self.envelope(cell, "launcher"), job_id=job, team="nlp", workers=workers,
-                               gpus_per_worker=gpus, gpu_type="H100")
+        envelope = self.envelope(cell, "launcher")
+        event = job_submitted(job, "nlp", workers, gpus, "H100", cell=cell, at=envelope.at, producer="launcher",
+                              event_id=envelope.event_id)
         self.write(event)
         return event
 
@@ -92,16 +95,13 @@ def read_log(bootstrap: str, topics: TopicNames, cell: str = "cell-a", cells: Se
              until: Callable[[list[m.Event]], bool] = lambda events: False,
              timeout: float = 60.0) -> list[tuple[int, m.Event]]:
     """The cell's committed log as (offset, event), read until `until(events)` holds or the timeout passes."""
-    consumer = EventConsumer(bootstrap, f"reader-{uuid.uuid4().hex}", topics, cells, assign=[cell])
     logged: list[tuple[int, m.Event]] = []
     deadline = time.monotonic() + timeout
-    try:
+    with LogReader([cell], bootstrap, all_cells=cells, topics=topics) as reader:
         while time.monotonic() < deadline:
-            logged += [(r.offset, r.event) for r in consumer.poll(1000, 0.5) if r.event is not None]
+            logged += [(r.offset, r.event) for r in reader.poll(0.5) if r.event is not None]
             if until([e for _, e in logged]):
                 break
-    finally:
-        consumer.close()
     return logged
 
 

@@ -10,13 +10,13 @@ from hypothesis import strategies as st
 from events import models as m
 from events.models import Reason
 from projections.jobs import JobState
+from replay.scenario.play import run
 from services.admitter.decide import Admitter
-from services.core.quota import quota_fit
-from services.core.queue import WaitingGangs
 from services.core.decider import Context
 from services.core.placement import CapacityView, Placement, off_limits, place_gang
+from services.core.queue import WaitingGangs
+from services.core.quota import quota_fit
 from services.preemptor.decide import _AfterEviction
-from replay.scenario.play import run
 from tests.property.streams import DataChooser, stream
 
 

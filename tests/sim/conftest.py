@@ -7,9 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from services.policies import CATALOGUE
 from replay.sim import workload
-from replay.sim.run import RunOutcome, run as run_policy, simulate
+from replay.sim.run import RunOutcome, simulate
+from replay.sim.run import run as run_policy
+from services.policies import CATALOGUE
 
 #: No failures and no checkpoint, restart or start-up costs unless a test asks: outcomes are known in advance.
 QUIET = workload.SimConfig(failures_per_1000_gpu_days=0.0, checkpoint_cost_s=0, restart_cost_s=0, start_delay_s=0,

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from events.traces import TRACES, read_jobs, trace_files
 from replay import cli
 from replay.sim import workload as sim
-from events.traces import TRACES, read_jobs, trace_files
 from tests.sim.conftest import H, queue_s, run, write_trace
 
 

@@ -13,7 +13,6 @@ from pathlib import Path
 import pytest
 
 from events import broker_cli
-from replay.cli import main as gangway
 from events.broker import (
     BrokerStartFailed,
     ClusterMismatch,
@@ -30,6 +29,7 @@ from events.broker import (
     render_log4j2,
     render_server_properties,
 )
+from replay.cli import main as gangway
 
 
 def props(text: str) -> dict[str, str]:

@@ -6,10 +6,10 @@ from __future__ import annotations
 from events import models as m
 from events.models import Reason
 from projections.jobs import JobState
-from services.agent.fleet import Fleet, FleetSpec, Timers
-from services.agent.failures import FailureSpec, failure_schedule
-from services.agent.simulated import AgentTiming
 from replay.runner import VirtualCell
+from services.agent.failures import FailureSpec, failure_schedule
+from services.agent.fleet import Fleet, FleetSpec, Timers
+from services.agent.simulated import AgentTiming
 
 CELL = "cell-a"
 TIMING = AgentTiming(start_delay_ms=1_000, checkpoint_every_ms=30_000, checkpoint_delay_ms=20_000,

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from events import models as m
+from replay.scenario.play import load, run
 from replay.verify import verify
 from services.run_cli import DECIDERS
-from replay.scenario.play import load, run
 
 SCENARIOS = sorted((Path(__file__).resolve().parents[1] / "scenarios").glob("*.yaml"))
 

@@ -2,8 +2,8 @@
 
 from pathlib import Path
 
-from replay.scenario.play import load, run
 from projections.watch import CellView
+from replay.scenario.play import load, run
 
 DEMO = Path(__file__).resolve().parents[1] / "scenarios" / "demo.yaml"
 

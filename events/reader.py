@@ -1,0 +1,96 @@
+"""The one way to read cells' logs: the committed records of their partitions of the main topic, from an
+offset, up to an offset or to the end as it stands, or following it live.
+
+Every command that reads a log (rebuild, verify, watch, the demo, the fleet's catch-up, the audit and
+read-model commands) reads it through `LogReader`, so "the log" means the same thing everywhere: records
+of committed transactions only, in offset order, each with its offset (undecodable ones included, with
+`event` None, for the caller to skip or report).
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator, Mapping, Sequence
+
+from confluent_kafka import TopicPartition
+
+from events.log import EventConsumer, LogRecord, retrying
+from events.topics import TopicNames, cell_partition, cells_from_env, topic_names
+
+
+def default_bootstrap() -> str:
+    return os.environ.get("KAFKA_BOOTSTRAP_SERVERS", "127.0.0.1:9092")
+
+
+class LogReader:
+    """Reads some cells' logs from given offsets (0 by default), without a consumer group's bookkeeping."""
+
+    def __init__(self, cells: Sequence[str], bootstrap_servers: str | None = None, start: int | Mapping[str, int] = 0,
+                 all_cells: Sequence[str] | None = None, topics: TopicNames | None = None) -> None:
+        self.all_cells = tuple(all_cells or cells_from_env())
+        self.topics = topics or topic_names()
+        self.cells = tuple(cells)
+        unknown = [c for c in self.cells if c not in self.all_cells]
+        if unknown:
+            raise ValueError(f"unknown cell {unknown[0]!r}; cells: {', '.join(self.all_cells)}")
+        self.partitions = {cell_partition(self.all_cells, c): c for c in self.cells}
+        self.starts = {c: max(0, start if isinstance(start, int) else start.get(c, 0)) for c in self.cells}
+        self._consumer = EventConsumer(bootstrap_servers or default_bootstrap(), f"reader-{uuid.uuid4().hex}",
+                                       self.topics, self.all_cells)
+        self._consumer.raw.assign([TopicPartition(self.topics.events, p, self.starts[c])
+                                   for p, c in sorted(self.partitions.items())])
+
+    def __enter__(self) -> LogReader:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
+    def cell_of(self, record: LogRecord) -> str:
+        return self.partitions[record.partition]
+
+    def end_offsets(self) -> dict[str, int]:
+        """Per cell, the offset after the last record a committed reader can see now (the last stable offset)."""
+        out = {}
+        for partition, cell in sorted(self.partitions.items()):
+            tp = TopicPartition(self.topics.events, partition)
+            _, out[cell] = retrying(lambda tp=tp: self._consumer.raw.get_watermark_offsets(tp, timeout=30))
+        return out
+
+    def poll(self, timeout: float = 0.2, max_records: int = 2000) -> list[LogRecord]:
+        """What has arrived, waiting up to `timeout` for the first record: for readers that follow the log."""
+        return self._consumer.poll(max_records, timeout)
+
+    def read(self, to: int | None = None) -> Iterator[LogRecord]:
+        """Records up to offset `to` (inclusive) or, without it, to the end as it stands when called."""
+        ends = self.end_offsets()
+        if to is not None:
+            ends = {cell: min(end, to + 1) for cell, end in ends.items()}
+        done = {cell for cell, end in ends.items() if self._position(cell) >= end}
+        while len(done) < len(self.cells):
+            for record in self.poll(0.5):
+                cell = self.cell_of(record)
+                if cell in done:
+                    continue
+                if record.offset < ends[cell]:
+                    yield record
+                if record.offset + 1 >= ends[cell]:
+                    done.add(cell)
+            # Control records (transaction markers) take offsets no record shows: the position tells.
+            done |= {cell for cell, end in ends.items() if self._position(cell) >= end}
+
+    def _position(self, cell: str) -> int:
+        partition = cell_partition(self.all_cells, cell)
+        position = self._consumer.raw.position([TopicPartition(self.topics.events, partition)])[0].offset
+        return max(position, self.starts[cell])  # before the first fetch the position is not known yet
+
+    def close(self) -> None:
+        self._consumer.close()
+
+
+def read_log(cell: str, bootstrap_servers: str | None = None, start: int = 0, to: int | None = None,
+             all_cells: Sequence[str] | None = None, topics: TopicNames | None = None) -> list[LogRecord]:
+    """One cell's committed log from `start` up to `to` or its end, as records."""
+    with LogReader([cell], bootstrap_servers, start, all_cells, topics) as reader:
+        return list(reader.read(to))
