@@ -76,34 +76,48 @@ def _short(text: str) -> str:
 
 def _oversized(event: m.Event, max_name: int) -> str:
     """A field longer than the cell allows (ids and names; free text has a larger bound), or ''."""
-    for name, value in _strings(event):
-        bound = MAX_DETAIL_LENGTH if name in _FREE_TEXT else max_name
-        if len(value) > bound:
-            return f"{name} is {len(value):,} characters, more than {bound}"
-    for name in ("labels",):
-        labels = getattr(event, name, None)
-        if labels is not None and len(labels) > MAX_LABELS:
-            return f"{len(labels)} labels, more than {MAX_LABELS}"
+    envelope = event.envelope
+    for name in _ENVELOPE_TEXT:
+        value = getattr(envelope, name)
+        if value is not None and len(value) > max_name:
+            return f"envelope.{name} is {len(value):,} characters, more than {max_name}"
+    fields = event.__dict__
+    for name, kind in _text_fields(type(event)):
+        value = fields[name]
+        if value is None:
+            continue
+        if kind is str:
+            bound = MAX_DETAIL_LENGTH if name in _FREE_TEXT else max_name
+            if len(value) > bound:
+                return f"{name} is {len(value):,} characters, more than {bound}"
+        elif len(value) > MAX_LABELS:
+            return f"{name} has {len(value)} entries, more than {MAX_LABELS}"
+        else:
+            for item in (value.items() if isinstance(value, dict) else ((v, "") for v in value)):
+                if any(isinstance(part, str) and len(part) > max_name for part in item):
+                    return f"{name} holds an entry longer than {max_name} characters"
     return ""
 
 
-def _strings(record, prefix: str = ""):
-    for name, value in record:
-        if isinstance(value, str):
-            yield prefix + name, value
-        elif isinstance(value, m.Record):
-            yield from _strings(value, "")
-        elif isinstance(value, list):
-            for item in value:
-                if isinstance(item, str):
-                    yield prefix + name, item
-                elif isinstance(item, m.Record):
-                    yield from _strings(item, "")
-        elif isinstance(value, dict):
-            for key, item in value.items():
-                yield prefix + name, str(key)
-                if isinstance(item, str):
-                    yield prefix + name, item
+_ENVELOPE_TEXT = ("event_id", "producer", "causation_id", "correlation_id", "policy_version")
+_TEXT_FIELDS: dict[type, tuple[tuple[str, type], ...]] = {}
+
+
+def _text_fields(kind: type) -> tuple[tuple[str, type], ...]:
+    """The fields of an event type that hold text: (name, str) or (name, list / dict) of text, computed once."""
+    fields = _TEXT_FIELDS.get(kind)
+    if fields is None:
+        out = []
+        for name, info in kind.model_fields.items():
+            text = str(info.annotation)
+            if name == "envelope":
+                continue
+            if info.annotation in (str, str | None):
+                out.append((name, str))
+            elif "list[str]" in text or "dict[str, str]" in text:
+                out.append((name, list))
+        fields = _TEXT_FIELDS[kind] = tuple(out)
+    return fields
 
 
 def _tick(state, e: m.Tick) -> Refusal | None:

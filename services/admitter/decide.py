@@ -171,7 +171,7 @@ def admission_cycle(state: CellState, ctx: Context, only: Job | None = None, ref
     quiet = not refresh and only is None and policy.backfill
     key = order_key(state, policy.fair_share, policy.nominal_first)
     if only is not None:
-        order = WaitingGangs(state, now, key, [[only.job_id]])
+        order = WaitingGangs(state, now, key, [[(None, only.job_id)]])
     else:
         free = {t: _free_gpus(state, t) for t in state.cluster.gpu_types()}
         order = WaitingGangs.of(state, now, key, lambda job: not quiet or job.min_gpus <= free.get(job.gpu_type, 0))

@@ -75,7 +75,8 @@ class Replica:
             return self._remember([self._refusal(offset, event, refused)])
         if type(event) not in self.decider.triggers:
             return []
-        self._count_heartbeats()
+        if self.pending_heartbeats:
+            self._count_heartbeats()
         overlay = lay(self.state, self.assumed.values()) if self.assumed else None
         try:
             decisions = self.decider.decide(self.state, event, self._context(offset, event))
@@ -85,6 +86,8 @@ class Replica:
         finally:
             if overlay is not None:
                 overlay.lift()
+        if not decisions:
+            return decisions
         unwritable = next((why for d in decisions if (why := unencodable(d))), "")
         if unwritable:
             log.error("%s decided something the log cannot hold on %s at offset %d: %s", self.decider.name,
@@ -151,20 +154,18 @@ MAX_DECISION_BYTES = 512 * 1024
 
 
 def unencodable(decision: m.Event) -> str:
-    """Why the decision could not be written to the log (a number beyond a 64-bit long, a record too large), or ''."""
+    """Why the decision could not be written to the log (a number beyond a 64-bit long, a record too large), or ''.
+    Decisions are made from records the cell accepted, so only what a decider computes is checked: its times
+    and numbers, and the size of its lists and free text."""
     size = 0
-    for record in (decision.envelope, decision):
-        for name, value in record.__dict__.items():
-            if isinstance(value, bool) or value is None:
-                continue
-            if isinstance(value, int):
-                if not -_LONG <= value < _LONG:
-                    return f"{name} = {value} does not fit a 64-bit long"
-            elif isinstance(value, str):
-                size += len(value)
-            elif isinstance(value, list):
-                for item in value:
-                    size += len(item) if isinstance(item, str) else len(item.node) + 8 * len(item.gpus) + 8
+    for name, value in decision.__dict__.items():
+        if isinstance(value, int) and not isinstance(value, bool):
+            if not -_LONG <= value < _LONG:
+                return f"{name} = {value} does not fit a 64-bit long"
+        elif isinstance(value, str):
+            size += len(value)
+        elif isinstance(value, list):
+            size += sum(len(v) if isinstance(v, str) else 8 * (len(v.gpus) + 1) + len(v.node) for v in value)
     if size > MAX_DECISION_BYTES:
         return f"{size:,} bytes, more than {MAX_DECISION_BYTES:,}"
     return ""
