@@ -173,7 +173,8 @@ def create_app(projector: Projector, tokens: Tokens, policy: Policy = DEFAULT_PO
              team: str | None = None, state: JobState | None = None, priority: int | None = None,
              sort: api.Sort = api.Sort.newest,
              limit: Annotated[int, Query(ge=1, le=MAX_PAGE, description="jobs per page")] = 100,
-             cursor: Annotated[str | None, Query(description="next_cursor of the previous page")] = None,
+             cursor: Annotated[str | None, Query(description="next_cursor of the previous page",
+                                                 pattern="^[A-Za-z0-9_-]+$", max_length=400)] = None,
              ) -> dict[str, Any]:
         """Jobs filtered by team, state and priority, sorted, a page at a time. A team's token lists its own
         team's jobs only (other teams' are counts in the cell summary)."""
