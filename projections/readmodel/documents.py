@@ -106,30 +106,29 @@ def timeline_entry(entry: tuple[int, int, str, str], event: m.Event | None) -> d
     return {"offset": offset, "at": at, "type": kind, "reason": reason, "detail": event_detail(event)}
 
 
-def gpu_state(node: Node, index: int) -> str:
-    if node.failed or index in node.retired:
-        return "failed"
-    if index in node.holder:
-        return "busy"
-    if node.cordoned or node.fault_cordoned:
-        return "cordoned"
-    if node.spare and not node.activated:
-        return "spare"
-    if node.reserved_for is not None:
-        return "reserved"
-    return "free"
-
-
-def node_state(node: Node) -> str:
+def _out_of_service(node: Node) -> str | None:
+    """Why a node takes no work, if it takes none: failed, cordoned, or a spare not yet activated."""
     if node.failed:
         return "failed"
     if node.cordoned or node.fault_cordoned:
         return "cordoned"
     if node.spare and not node.activated:
         return "spare"
-    if node.reserved_for is not None:
-        return "reserved"
-    return "busy" if node.holder else "idle"
+    return None
+
+
+def gpu_state(node: Node, index: int) -> str:
+    """Failed (its node or itself), busy, cordoned, spare, reserved for a waiting gang, or free."""
+    if node.failed or index in node.retired:
+        return "failed"
+    if index in node.holder:
+        return "busy"
+    return _out_of_service(node) or ("reserved" if node.reserved_for is not None else "free")
+
+
+def node_state(node: Node) -> str:
+    return _out_of_service(node) or ("reserved" if node.reserved_for is not None
+                                     else "busy" if node.holder else "idle")
 
 
 def node_labels(state: CellState, node: Node) -> list[str]:
