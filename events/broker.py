@@ -201,11 +201,22 @@ class ClusterStatus:
     cluster_id: str | None
     bootstrap_servers: str
     nodes: tuple[NodeStatus, ...]
-    answering: bool
+    answering: tuple[int, ...]  # broker ids the cluster reports as serving
 
     @property
     def up(self) -> bool:
-        return bool(self.nodes) and all(n.alive for n in self.nodes) and self.answering
+        """Every node running and serving."""
+        return bool(self.nodes) and all(n.alive for n in self.nodes) and len(self.answering) >= len(self.nodes)
+
+    @property
+    def degraded(self) -> bool:
+        """Serving traffic, but not with every node: some stopped or not (yet) back in the cluster."""
+        return bool(self.answering) and not self.up
+
+    @property
+    def missing(self) -> tuple[int, ...]:
+        """Node ids that are stopped or not serving."""
+        return tuple(n.node_id for n in self.nodes if not n.alive or n.node_id not in self.answering)
 
 
 def render_server_properties(node: NodeSpec, nodes: Sequence[NodeSpec]) -> str:
@@ -428,13 +439,29 @@ class LocalKafka:
             time.sleep(0.3)
 
     def _answers(self, expected: int, timeout: float) -> bool:
+        return len(self._serving(timeout)) >= expected
+
+    def _serving(self, timeout: float) -> list[int]:
+        """The broker ids the cluster reports; none when no port is open."""
         # A plain TCP probe first, so the admin client is not created (and does not log) while ports are closed.
         for node in self.nodes:
             with contextlib.suppress(OSError), socket.create_connection((HOST, node.port), timeout=0.5):
                 break
         else:
-            return False
-        return len(cluster_node_ids(self.bootstrap_servers, timeout)) >= expected
+            return []
+        return cluster_node_ids(self.bootstrap_servers, timeout)
+
+    def kill_node(self, node_id: int) -> None:
+        """kill -9 one node, as a crashed machine would go (fault tests); `start()` brings it back."""
+        node = next(n for n in self.nodes if n.node_id == node_id)
+        if self._alive(node):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self._pids[node_id], signal.SIGKILL)
+        proc = self._children.pop(node_id, None)
+        if proc is not None:
+            proc.wait(timeout=10)
+        while self._alive(node):
+            time.sleep(0.05)
 
     def stop(self, grace: float = 30.0) -> None:
         """SIGTERM every node at once (a controlled shutdown), then SIGKILL whatever is left after the grace."""
@@ -461,7 +488,7 @@ class LocalKafka:
 
     def status(self, timeout: float = 3.0) -> ClusterStatus:
         nodes = tuple(NodeStatus(n.node_id, n.port, n.controller_port, self._pids.get(n.node_id), self._alive(n)) for n in self.nodes)
-        answering = any(n.alive for n in nodes) and self._answers(expected=len(nodes), timeout=timeout)
+        answering = tuple(self._serving(timeout)) if any(n.alive for n in nodes) else ()
         return ClusterStatus(self.data_dir, self.cluster_id, self.bootstrap_servers, nodes, answering)
 
     def __enter__(self) -> LocalKafka:

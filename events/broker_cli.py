@@ -10,6 +10,7 @@ import time
 from events.broker import KafkaSetupError, LocalKafka, default_data_dir
 
 EXIT_DOWN = 3
+EXIT_DEGRADED = 4
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -21,7 +22,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                        help="base port (default 9092, or the last one used): node i listens on PORT+2i, its controller on PORT+2i+1")
     start.add_argument("--timeout", type=float, default=90.0, help="seconds to wait for the cluster to answer")
     for action in (start, actions.add_parser("stop", help="stop the cluster (SIGTERM, SIGKILL after a grace)"),
-                   actions.add_parser("status", help="print bootstrap servers and node pids; exit 0 if up, 3 if down")):
+                   actions.add_parser("status", help="print bootstrap servers and node pids; exit 0 if up, 4 if degraded (serving "
+                                                       "without some nodes), 3 if down")):
         action.add_argument("--data-dir", default=None,
                             help=f"cluster data and state (default $GANGWAY_KAFKA_DATA or {default_data_dir()})")
 
@@ -58,7 +60,13 @@ def _status(kafka: LocalKafka) -> int:
     for node in status.nodes:
         state = "running" if node.alive else "stopped"
         print(f"node {node.node_id}: 127.0.0.1:{node.port} (controller {node.controller_port}) pid {node.pid or '-'} {state}")
-    verdict = "up" if status.up else "down"
+    if status.up:
+        verdict, code = "up", 0
+    elif status.degraded:
+        missing = ", ".join(str(n) for n in status.missing)
+        verdict, code = f"degraded: serving without node{'s' if len(status.missing) > 1 else ''} {missing}", EXIT_DEGRADED
+    else:
+        verdict, code = "down", EXIT_DOWN
     print(f"cluster {status.cluster_id or '(never started)'}: {verdict} (data: {status.data_dir})")
-    return 0 if status.up else EXIT_DOWN
+    return code
 

@@ -12,8 +12,9 @@ from pathlib import Path
 
 from events import models as m
 from events.clock import VirtualClock, epoch_from_env
-from events.load import Slice, select, submissions, team_events
+from events.load import PRODUCER, Slice, select, submissions, team_events
 from events.log import EventProducer
+from events.reader import LogReader
 from events.topics import cells_from_env, topic_names, topic_prefix
 from events.traces import trace_rows
 
@@ -54,10 +55,22 @@ def run(args: argparse.Namespace) -> int:
         return 2
     chosen, too_large = select(rows, Slice(args.start, args.limit, args.max_gpus))
     clock = VirtualClock.anchored(args.speedup, args.epoch)
+    try:
+        written = already_written(args.bootstrap_servers, cells)
+    except ValueError as error:
+        print(f"gangway load: {error}", file=sys.stderr)
+        return 2
     origin = clock.now_ms()
+    jobs = submissions(chosen, cells, origin, args.start, args.gpu_type, args.gpus_per_node, args.compress)
+    resumed = [j for j in jobs if j.envelope.event_id in written]
+    if resumed:  # a re-run after a crash: the same schedule, from the first run's origin, without duplicates
+        origin += written[resumed[0].envelope.event_id] - resumed[0].at
+        jobs = submissions(chosen, cells, origin, args.start, args.gpu_type, args.gpus_per_node, args.compress)
+        print(f"gangway load: {len(resumed)} of these jobs are on the log already: resuming after them", flush=True)
     events: list[m.Event] = team_events(chosen, cells, args.gpus, args.gpu_type, args.cohort, origin) \
         if args.define_teams else []
-    jobs = submissions(chosen, cells, origin, args.start, args.gpu_type, args.gpus_per_node, args.compress)
+    events = [e for e in events if e.envelope.event_id not in written]
+    jobs = [j for j in jobs if j.envelope.event_id not in written]
     span_s = (jobs[-1].at - origin) / 1000 if jobs else 0
     print(f"gangway load: {len(jobs)} jobs of {len({j.team for j in jobs})} teams over {span_s:.0f} s of trace time "
           f"({span_s / args.speedup:.1f} s at speedup {args.speedup:g})"
@@ -67,6 +80,13 @@ def run(args: argparse.Namespace) -> int:
     written = play(producer, events + list(jobs), clock)
     print(f"gangway load: wrote {written} events", flush=True)
     return 0 if written == len(events) + len(jobs) else 1
+
+
+def already_written(bootstrap: str, cells: tuple[str, ...]) -> dict[str, int]:
+    """Event id -> time of what the loader wrote to these cells' logs before (a run that crashed)."""
+    with LogReader(cells, bootstrap, all_cells=cells) as reader:
+        return {r.event.envelope.event_id: r.event.envelope.at for r in reader.read()
+                if r.event is not None and r.event.envelope.producer == PRODUCER}
 
 
 def play(producer: EventProducer, events: list[m.Event], clock: VirtualClock) -> int:
@@ -84,9 +104,7 @@ def play(producer: EventProducer, events: list[m.Event], clock: VirtualClock) ->
         if due == done:
             time.sleep(min(0.1, (pending[done].at - now) / 1000 / clock.speedup))
             continue
-        with producer.transaction():
-            for event in pending[done:due]:
-                producer.produce(event)
+        producer.write(pending[done:due])
         done = due
     producer.flush()
     return done

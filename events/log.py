@@ -9,6 +9,7 @@ service re-reads the same events. Records that do not decode come back as `LogRe
 from __future__ import annotations
 
 import hashlib
+import logging
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -20,6 +21,8 @@ from events.broker import quiet_logger
 from events.codec import EventCodec, UndecodableEvent
 from events.models import DeadLetter, Envelope, Event
 from events.topics import TopicNames, cell_partition
+
+log = logging.getLogger("gangway.log")
 
 #: How much of an undecodable record a dead letter keeps.
 KEPT_BYTES = 64 * 1024
@@ -70,6 +73,13 @@ _COORDINATOR_MOVING = (KafkaError.NOT_COORDINATOR, KafkaError.COORDINATOR_LOAD_I
                        KafkaError.COORDINATOR_NOT_AVAILABLE)
 
 
+class ProducerFenced(RuntimeError):
+    """Another process took this producer's transactional id: it owns the cell now, and this one must stop."""
+
+
+_FENCED = (KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH)
+
+
 class EventProducer:
     """Writes events to their cell's partition, inside Kafka transactions."""
 
@@ -77,7 +87,7 @@ class EventProducer:
                  codec: EventCodec | None = None, transaction_timeout_ms: int = 10_000) -> None:
         self.topics, self.cells = topics, tuple(cells)
         self.codec = codec or EventCodec()
-        self._producer = Producer({
+        self._config = {
             "bootstrap.servers": bootstrap_servers,
             "transactional.id": transactional_id,
             "transaction.timeout.ms": transaction_timeout_ms,
@@ -85,9 +95,52 @@ class EventProducer:
             "acks": "all",
             "linger.ms": 1,
             "logger": quiet_logger(),
-        })
+        }
+        self._start()
+
+    def _start(self) -> None:
+        self._producer = Producer(self._config)
         # Fences any earlier producer with this id and aborts its open transaction at once.
-        self._producer.init_transactions(30)
+        retrying(lambda: self._producer.init_transactions(30), attempts=60)
+
+    def write(self, events: Sequence[Event] = (), heartbeats: Sequence[Event] = (),
+              letters: Sequence[DeadLetter] = (), consumer: EventConsumer | None = None,
+              consumed: Sequence[LogRecord] = (), give_up_after_s: float = 120.0, recover_fenced: bool = True) -> None:
+        """Writes events, heartbeats and dead letters, with the offsets after `consumed`, in one transaction, and
+        sees it through a broker's failover: a commit that times out is retried, a transaction the broker
+        aborted is written again, a producer the broker can no longer use (or fenced once, as a failover can do)
+        is made anew under the same transactional id. Raises ProducerFenced when fenced again (another process
+        has the id) or, with `recover_fenced` False, at once; else the last error after `give_up_after_s`."""
+        deadline = time.monotonic() + give_up_after_s
+        pause = 0.2
+        fenced = False
+        while True:
+            try:
+                with self.transaction(consumer, consumed):
+                    for event in events:
+                        self.produce(event)
+                    for event in heartbeats:
+                        self.produce_heartbeat(event)
+                    for letter in letters:
+                        self.produce_dead_letter(letter)
+                return
+            except KafkaException as failure:
+                error = failure.args[0] if failure.args else None
+                if error is not None and error.code() in _FENCED:
+                    # A coordinator that failed over may have aborted our transaction and bumped the epoch, which
+                    # fences us too: re-initialise once. Fenced again, another process has the id.
+                    if fenced or not recover_fenced:
+                        raise ProducerFenced(str(error)) from failure
+                    fenced = True
+                if error is None or time.monotonic() > deadline:
+                    raise
+                log.warning("transaction of %s failed (%s), writing it again", self._config["transactional.id"], error)
+                if error.fatal():
+                    self._start()  # the old producer is unusable; a new one resumes the transactional id
+                elif not (error.retriable() or error.txn_requires_abort() or error.code() in _COORDINATOR_MOVING):
+                    raise
+            time.sleep(pause)
+            pause = min(pause * 2, 2.0)
 
     def produce(self, event: Event) -> None:
         cell = event.envelope.cell
@@ -113,17 +166,32 @@ class EventProducer:
             if consumer is not None and consumed:
                 self._producer.send_offsets_to_transaction(
                     consumer.next_offsets(consumed), consumer.group_metadata(), 30)
-            self._producer.commit_transaction(30)
+            self._commit()
         except BaseException:
             self._abort()
             raise
 
+    def _commit(self, attempts: int = 6) -> None:
+        """Commits, calling again while the broker says a retry may succeed (a coordinator moving, a timeout)."""
+        for attempt in range(attempts):
+            try:
+                self._producer.commit_transaction(30)
+                return
+            except KafkaException as failure:
+                error = failure.args[0] if failure.args else None
+                if error is None or not error.retriable() or attempt == attempts - 1:
+                    raise
+                time.sleep(0.5)
+
     def _abort(self) -> None:
+        """Aborts the open transaction if the producer still can; a producer past saving is replaced by `write`."""
         try:
             self._producer.abort_transaction(30)
-        except KafkaException as error:
-            if not error.args or error.args[0].code() != KafkaError._STATE:
-                raise
+        except KafkaException as failure:
+            error = failure.args[0] if failure.args else None
+            if error is not None and (error.code() == KafkaError._STATE or error.fatal() or error.retriable()):
+                return
+            raise
 
     def flush(self, timeout: float = 30) -> None:
         self._producer.flush(timeout)
@@ -220,8 +288,8 @@ class EventConsumer:
     def group_metadata(self) -> object:
         return self._consumer.consumer_group_metadata()
 
-    def seek_to(self, partition: int, offset: int) -> None:
-        self._consumer.seek(TopicPartition(self.topics.events, partition, offset))
+    def seek_to(self, partition: int, offset: int, topic: str | None = None) -> None:
+        self._consumer.seek(TopicPartition(topic or self.topics.events, partition, offset))
 
     def close(self) -> None:
         self._consumer.close()

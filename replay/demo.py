@@ -171,9 +171,8 @@ class Demo:
         workers = min(room[lender], 64) // 8
         self.reclaim = f"{lender}-reclaim"
         producer = EventProducer(self.bootstrap, f"demo-launcher-{uuid.uuid4().hex}", self.topics, [CELL])
-        with producer.transaction():
-            producer.produce(job_submitted(self.reclaim, lender, workers, 8, "H100", cell=CELL, at=self.clock.now_ms(),
-                                           labels={"duration_ms": str(30 * 60_000)}))
+        producer.write([job_submitted(self.reclaim, lender, workers, 8, "H100", cell=CELL, at=self.clock.now_ms(),
+                                      labels={"duration_ms": str(30 * 60_000)})])
 
     def _show(self, elapsed: float) -> None:
         header = (f"Gangway demo  {elapsed:5.0f}/{self.args.duration:.0f} s  (event time x{self.args.speedup:g})"

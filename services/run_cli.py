@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import logging
 import os
 import signal
@@ -47,6 +48,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         format="%(asctime)s %(name)s %(message)s")
+    faulthandler.register(signal.SIGUSR1)  # `kill -USR1 <pid>` prints where every thread is, for a stuck service
     cells = tuple(c.strip() for c in args.cells.split(",") if c.strip())
     topics = topic_names()
     if args.service == "all":

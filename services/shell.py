@@ -25,10 +25,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from confluent_kafka import OFFSET_BEGINNING, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, KafkaException, TopicPartition
 
 from events.codec import EventCodec
-from events.log import EventConsumer, EventProducer, LogRecord
+from events.log import EventConsumer, EventProducer, LogRecord, ProducerFenced
 from events.models import Decision
 from events.reader import LogReader
 from events.topics import TopicNames
@@ -175,9 +175,29 @@ class ServiceShell:
             target.setdefault(record.partition, []).append(record)
         for partition in sorted(set(by_cell) | set(side)):
             runtime = self.runtimes.get(partition)
-            if runtime is not None:
+            if runtime is None:
+                continue
+            try:
                 self.process(runtime, by_cell.get(partition, []), side.get(partition, []))
+            except (KafkaException, ProducerFenced) as error:
+                # The batch could not be committed: the group moved on while a broker failed over (the consumer
+                # rejoins only when polled), or the producer was fenced (by a failover's epoch bump, or by a
+                # replica the group gave the cell to: then a revoke follows). Nothing of the batch is in Kafka
+                # or the store: back to the store, and read it again while the cell is still ours.
+                log.warning("%s: %s batch not committed (%s); reading it again", self.decider.name, runtime.cell,
+                            error)
+                self._reopen(runtime)
         return len(records)
+
+    def _reopen(self, runtime: CellRuntime) -> None:
+        """Back to what the store holds (the last committed batch), and the consumer back to just after it."""
+        runtime.store.close()
+        del self.runtimes[runtime.partition]
+        fresh = self._open(runtime.partition)
+        fresh.replay_until = runtime.replay_until
+        self.consumer.seek_to(runtime.partition, fresh.replica.offset + 1)
+        if self.decider.side_input:
+            self.consumer.seek_to(runtime.partition, fresh.heartbeat_offset, self.topics.heartbeats)
 
     def process(self, runtime: CellRuntime, records: list[LogRecord], side: list[LogRecord]) -> None:
         replica = runtime.replica
@@ -206,11 +226,10 @@ class ServiceShell:
         consumed = records + side
         clock = self._lap("decide", clock)
         if output or letters:
-            with runtime.producer.transaction(self.consumer, consumed):
-                for decision in output:
-                    runtime.producer.produce(decision)
-                for letter in letters:
-                    runtime.producer.produce_dead_letter(letter)
+            # A service gives up on a batch sooner than a launcher would: polling again is what lets its consumer
+            # rejoin the group after a failover, and the batch is then read again.
+            runtime.producer.write(output, letters=letters, consumer=self.consumer, consumed=consumed,
+                                   give_up_after_s=10.0, recover_fenced=False)
         elif consumed:
             # Nothing to write: no transaction needed. The projection below is what a restart resumes
             # from, so the group's offsets only need to follow now and then (for lag, and hand-over).

@@ -114,7 +114,4 @@ def _wait_s(fleet: Fleet, clock: VirtualClock) -> float:
 def _write(fleet: Fleet, producers: dict[str, EventProducer]) -> None:
     """One transaction per cell for what the timers produced since the last write."""
     for cell, events in fleet.drain().items():
-        producer = producers[cell]
-        with producer.transaction():
-            for event, heartbeat in events:
-                (producer.produce_heartbeat if heartbeat else producer.produce)(event)
+        producers[cell].write([e for e, heartbeat in events if not heartbeat], [e for e, heartbeat in events if heartbeat])

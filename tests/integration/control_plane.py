@@ -44,6 +44,14 @@ class ControlPlane:
              "--cells", ",".join(self.cells)],
             cwd=ROOT, env=dict(os.environ), stdout=log, stderr=subprocess.STDOUT)
 
+    def tails(self, lines: int = 8) -> str:
+        """The last lines each process logged, for an assertion's message."""
+        out = []
+        for name in sorted(self.processes):
+            text = (self.state_dir / f"{name}.log").read_text(errors="replace").splitlines()[-lines:]
+            out.append(f"--- {name}\n" + "\n".join(text))
+        return "\n".join(out)
+
     def start_all(self) -> None:
         for service in SERVICES:
             self.start(service)

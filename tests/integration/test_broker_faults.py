@@ -1,0 +1,113 @@
+"""Broker faults under a steady load, on three local brokers (replication 3, min.insync.replicas 2): the leader of
+the cell's partition killed with -9 and brought back, a follower killed and brought back, all three stopped and
+started again. The four services run throughout without a restart of their own; every acknowledged submission is
+on the log once, every job is admitted and placed exactly once, and each service reproduces its decisions."""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from confluent_kafka.admin import AdminClient
+
+from events import models as m
+from events.broker import LocalKafka, find_free_base_port, quiet_logger
+from events.broker_cli import EXIT_DEGRADED
+from events.log import EventProducer
+from events.submission import job_submitted
+from events.topics import ensure_topics, topic_names
+from replay.cli import main
+from tests.integration.control_plane import ControlPlane, Operator, count, read_log, wait_until_caught_up
+from tests.integration.test_control_plane import assert_every_decision_reproduced
+
+pytestmark = [pytest.mark.kafka, pytest.mark.slow]
+PREFIX = "faults."
+
+
+class SteadyLoad(threading.Thread):
+    """Submits one-GPU jobs at a steady rate; a submission counts once its transaction is acknowledged."""
+
+    def __init__(self, bootstrap: str, rate: float = 10.0) -> None:
+        super().__init__(daemon=True)
+        self.producer = EventProducer(bootstrap, "faults-launcher", topic_names(PREFIX), ["cell-a"])
+        self.rate, self.acknowledged, self.stop = rate, [], threading.Event()
+
+    def run(self) -> None:
+        while not self.stop.is_set():
+            job = f"load-{len(self.acknowledged):04d}"
+            self.producer.write([job_submitted(job, "nlp", 1, 1, "H100", cell="cell-a", at=int(time.time() * 1000))])
+            self.acknowledged.append(job)  # write() returned: the broker has it
+            time.sleep(1 / self.rate)
+
+
+def leader_of(admin: AdminClient, topic: str) -> int:
+    return admin.list_topics(topic, timeout=10).topics[topic].partitions[0].leader
+
+
+def status_code(kafka: LocalKafka) -> int:
+    return main(["kafka", "status", "--data-dir", str(kafka.data_dir)])
+
+
+def test_broker_faults_under_load_lose_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys) -> None:
+    kafka = LocalKafka(data_dir=tmp_path / "kafka3", nodes=3, port=find_free_base_port(6))
+    bootstrap = kafka.start(timeout=150)
+    monkeypatch.setenv("GANGWAY_TOPIC_PREFIX", PREFIX)
+    admin = AdminClient({"bootstrap.servers": bootstrap, "logger": quiet_logger()})
+    ensure_topics(admin, ["cell-a"], 3, prefix=PREFIX)
+    topics = topic_names(PREFIX)
+    plane = ControlPlane(bootstrap, tmp_path)
+    load = None
+    resumed: dict[str, float] = {}
+    try:
+        plane.start_all()
+        Operator(bootstrap, topics).cell(nodes=50, racks=5, quota=10_000)
+        load = SteadyLoad(bootstrap)
+        load.start()
+        time.sleep(4)
+
+        def fault(name: str, node: int | None) -> None:
+            """Breaks the cluster, checks it says so, heals it, and times how long until placements resume."""
+            before = len(load.acknowledged)
+            began = time.monotonic()
+            if node is None:
+                kafka.stop()
+            else:
+                kafka.kill_node(node)
+                capsys.readouterr()
+                assert status_code(kafka) == EXIT_DEGRADED
+                assert f"degraded: serving without node {node}" in capsys.readouterr().out
+            time.sleep(3)
+            kafka.start(timeout=150)
+            waiting = f"load-{before + 5:04d}"
+            while not any(isinstance(e, m.JobPlaced) and e.job_id == waiting
+                          for _, e in read_log(bootstrap, topics, until=lambda events: True, timeout=2)):
+                assert time.monotonic() - began < 120, f"placements did not resume after {name}:\n{plane.tails()}"
+                time.sleep(0.5)
+            resumed[name] = time.monotonic() - began
+            assert all(p.poll() is None for p in plane.processes.values()), f"a service died in {name}:\n{plane.tails()}"
+
+        fault("leader kill", leader_of(admin, topics.events))
+        leader = leader_of(admin, topics.events)
+        fault("follower kill", next(n.node_id for n in kafka.nodes if n.node_id != leader))
+        fault("all three stopped", None)
+        load.stop.set()
+        load.join(60)
+        logged = read_log(bootstrap, topics, timeout=90, until=lambda events: all(
+            any(isinstance(e, m.JobPlaced) and e.job_id == j for e in events) for j in load.acknowledged))
+        wait_until_caught_up(bootstrap, topics, logged[-1][0] + 1)
+        alive = {name: p.poll() is None for name, p in plane.processes.items()}
+    finally:
+        if load is not None:
+            load.stop.set()
+        plane.stop_all()
+        kafka.stop()
+    print(f"time from fault to placements again: {resumed}")
+    assert alive == dict.fromkeys(alive, True)
+    submitted = [e.job_id for _, e in logged if isinstance(e, m.JobSubmitted)]
+    assert sorted(set(submitted)) == sorted(submitted), "no submission written twice"
+    assert set(load.acknowledged) <= set(submitted), "every acknowledged submission is on the log"
+    for job in load.acknowledged:
+        assert (count(logged, m.JobAdmitted, job), count(logged, m.JobPlaced, job)) == (1, 1), job
+    assert_every_decision_reproduced(logged, tmp_path)
