@@ -137,6 +137,7 @@ class Gang:
 
 def save(path: Path, weights: np.ndarray) -> None:
     """Atomically: a reader sees the old file or the whole new one."""
+    path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.name + ".tmp")
     with open(tmp, "wb") as f:
         np.save(f, weights)
@@ -195,7 +196,6 @@ def main(argv: list[str] | None = None) -> int:
 
 def checkpoint(directory: Path, step: int, weights: np.ndarray) -> None:
     """Saves the weights after `step` steps, then tells the agent (one JSON line, appended whole)."""
-    directory.mkdir(parents=True, exist_ok=True)
     save(directory / f"step-{step:06d}.npy", weights)
     report = os.environ.get("GANGWAY_CHECKPOINT_REPORT")
     if report:

@@ -38,14 +38,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--checkpoint-signal", default="USR1",
                         help="the signal that asks a preempted job to checkpoint (default USR1)")
     parser.add_argument("--stop-grace", type=parse_duration, default=10_000, metavar="DURATION",
-                        help="from SIGTERM to SIGKILL when stopping workers (default 10s)")
-    parser.add_argument("--heartbeat-every", type=parse_duration, default=2_000, metavar="DURATION",
-                        help="wall time between heartbeats (default 2s; keep it well under recovery's 30 s of "
-                             "event time divided by the speedup)")
+                        help="wall time from SIGTERM to SIGKILL when stopping workers (default 10s)")
+    parser.add_argument("--heartbeat-every", type=parse_duration, default=5_000, metavar="DURATION",
+                        help="event time between heartbeats (default 5s: recovery fails a node after 30s of silence)")
     parser.add_argument("--drain-on-exit", action="store_true",
                         help="on SIGTERM / Ctrl-C stop the workers first (default: they keep running and a "
                              "restarted agent adopts them)")
-    parser.add_argument("--cell", default=None, help="the node's cell (default: the first of $GANGWAY_CELLS)")
+    parser.add_argument("--cells", default=",".join(cells_from_env()),
+                        help="comma-separated cells in partition order (default: $GANGWAY_CELLS or cell-a)")
+    parser.add_argument("--cell", default=None, help="the node's cell (default: the first of --cells)")
     parser.add_argument("--bootstrap-servers", default=os.environ.get("KAFKA_BOOTSTRAP_SERVERS", "127.0.0.1:9092"))
     parser.add_argument("--speedup", type=float, default=speedup_from_env(),
                         help="event time runs this many times faster, as the clock's (default $GANGWAY_SPEEDUP or 1)")
@@ -57,7 +58,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         format="%(asctime)s %(name)s %(message)s")
-    cells = cells_from_env()
+    cells = tuple(c.strip() for c in args.cells.split(",") if c.strip())
     cell = args.cell or cells[0]
     problem = _usage_problem(args, cells, cell)
     if problem:
@@ -67,7 +68,7 @@ def run(args: argparse.Namespace) -> int:
     work_dir.mkdir(parents=True, exist_ok=True)
     config = AgentConfig(args.node, args.gpus, args.gpu_type, args.rack, args.block, work_dir, args.address,
                          signal.Signals[f"SIG{args.checkpoint_signal.upper().removeprefix('SIG')}"],
-                         args.stop_grace / 1000, args.heartbeat_every / 1000)
+                         args.stop_grace / 1000, args.heartbeat_every / 1000 / args.speedup)
     clock = VirtualClock.anchored(args.speedup, args.epoch)
     run_agent(NodeAgent(config, cell), args.bootstrap_servers, cells, clock, args.drain_on_exit)
     return 0
