@@ -73,9 +73,18 @@ class JobBody(Strict):
         return self
 
 
-class Job(Strict):
-    kind: Literal["Job"]
+class Named(Strict):
+    """A document: its kind, its metadata (the name first) and its spec."""
+
     metadata: Metadata
+
+    @property
+    def name(self) -> str:
+        return self.metadata.name
+
+
+class Job(Named):
+    kind: Literal["Job"]
     spec: JobBody
 
     @model_validator(mode="after")
@@ -83,10 +92,6 @@ class Job(Strict):
         if self.metadata.team is None:
             raise _field_error("metadata.team", "required (or give --team)")
         return self
-
-    @property
-    def name(self) -> str:
-        return self.metadata.name
 
 
 class Quota(Strict):
@@ -124,28 +129,18 @@ class TeamBody(Strict):
     preemption: TeamPreemption = Field(default_factory=TeamPreemption)
 
 
-class Team(Strict):
+class Team(Named):
     kind: Literal["Team"]
-    metadata: Metadata
     spec: TeamBody = Field(default_factory=TeamBody)
-
-    @property
-    def name(self) -> str:
-        return self.metadata.name
 
 
 class CohortBody(Strict):
     parent: Name | None = None
 
 
-class Cohort(Strict):
+class Cohort(Named):
     kind: Literal["Cohort"]
-    metadata: Metadata
     spec: CohortBody = Field(default_factory=CohortBody)
-
-    @property
-    def name(self) -> str:
-        return self.metadata.name
 
 
 class PriorityClassBody(Strict):
@@ -153,14 +148,9 @@ class PriorityClassBody(Strict):
     preemptible: bool = True
 
 
-class PriorityClass(Strict):
+class PriorityClass(Named):
     kind: Literal["PriorityClass"]
-    metadata: Metadata
     spec: PriorityClassBody
-
-    @property
-    def name(self) -> str:
-        return self.metadata.name
 
 
 Document = Job | Team | Cohort | PriorityClass

@@ -183,24 +183,17 @@ def _apply(args: argparse.Namespace) -> int:
     return 0
 
 
-def _teams_arguments(parser: argparse.ArgumentParser) -> None:
+def _listing_arguments(parser: argparse.ArgumentParser) -> None:
     _common(parser, output=True)
 
 
-def _teams(args: argparse.Namespace) -> int:
-    with _client(args) as client:
-        emit(client.teams(), args.output, TEAM_COLUMNS)
-    return 0
-
-
-def _nodes_arguments(parser: argparse.ArgumentParser) -> None:
-    _common(parser, output=True)
-
-
-def _nodes(args: argparse.Namespace) -> int:
-    with _client(args) as client:
-        emit(client.nodes(), args.output, NODE_COLUMNS)
-    return 0
+def _listing(rows: Callable[[Client], list], columns: tuple) -> Callable[[argparse.Namespace], int]:
+    """A command that prints one of the client's listings (teams, nodes) as a table, JSON or YAML."""
+    def run(args: argparse.Namespace) -> int:
+        with _client(args) as client:
+            emit(rows(client), args.output, columns)
+        return 0
+    return run
 
 
 def _cordon_arguments(parser: argparse.ArgumentParser) -> None:
@@ -230,9 +223,9 @@ COMMANDS: tuple[tuple[str, str, Command], ...] = (
     ("apply", "define teams, cohorts, quotas and priority classes from YAML files",
      Command(_apply_arguments, _guarded("apply", _apply), "gangway apply examples/teams.yaml")),
     ("teams", "quota per team and GPU type: nominal, used, borrowed, lent",
-     Command(_teams_arguments, _guarded("teams", _teams), "gangway teams -o json")),
+     Command(_listing_arguments, _guarded("teams", _listing(Client.teams, TEAM_COLUMNS)), "gangway teams -o json")),
     ("nodes", "nodes by block and rack: GPUs used and free, state, jobs",
-     Command(_nodes_arguments, _guarded("nodes", _nodes), "gangway nodes")),
+     Command(_listing_arguments, _guarded("nodes", _listing(Client.nodes, NODE_COLUMNS)), "gangway nodes")),
     ("cordon", "stop placing new work on a node (running work stays)",
      Command(_cordon_arguments, _guarded("cordon", _cordon_command(True)), "gangway cordon node-3 --reason 'fan noise'")),
     ("uncordon", "let a cordoned node take work again",
