@@ -52,6 +52,7 @@ class LauncherCell:
         self.killed.discard(f"agent-{node}")
         self.plane.command(f"agent-{node}", "agent", "--node", node, "--gpus", "1", "--gpu-type", "CPU", "--rack", "r1",
                            "--block", "b1", "--work-dir", str(self.work_dir(node)), "--speedup", str(self.speedup),
+                           "--heartbeat-every", "2s",  # 30 s of silence fail a node: at 30x that is 1 s
                            "--stop-grace", "3s", "-v")
 
     def kill_agent(self, node: str) -> None:
