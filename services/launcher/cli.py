@@ -16,7 +16,7 @@ from rich.spinner import Spinner
 from events.launcher.spec import SpecError
 from projections.jobs import JobState
 from services.launcher.client import Client, JobStatus, LauncherError
-from services.launcher.output import FORMATS, age, console, emit
+from services.launcher.output import FORMATS, age, console, emit, table_of
 
 JOB_COLUMNS = (("JOB", lambda j: j.job_id), ("TEAM", lambda j: j.team), ("STATE", lambda j: j.state),
                ("GPUS", lambda j: j.gpus), ("SHAPE", lambda j: j.shape), ("REASON", lambda j: j.reason),
@@ -123,14 +123,24 @@ def _jobs_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--state", action="append", default=[], choices=[s.value for s in JobState],
                         help="only jobs in this state (repeatable); ended states are shown when named")
     parser.add_argument("--all", action="store_true", help="ended jobs too (succeeded, failed, cancelled, rejected)")
+    parser.add_argument("-w", "--watch", action="store_true", help="keep the table live as the log moves (Ctrl-C stops)")
     _common(parser, output=True)
 
 
 def _jobs(args: argparse.Namespace) -> int:
     with _client(args) as client:
-        jobs = client.list(args.team, args.state, include_ended=args.all)
-    emit(jobs, args.output, JOB_COLUMNS)
-    return 0
+        if not args.watch:
+            emit(client.list(args.team, args.state, include_ended=args.all), args.output, JOB_COLUMNS)
+            return 0
+        out = console()
+        table = lambda: table_of(client.list(args.team, args.state, include_ended=args.all), JOB_COLUMNS)  # noqa: E731
+        with Live(table(), console=out, auto_refresh=False) as live:
+            try:
+                while True:
+                    client.follow(1.0)
+                    live.update(table(), refresh=True)
+            except KeyboardInterrupt:
+                return 0
 
 
 def _job_arguments(parser: argparse.ArgumentParser) -> None:

@@ -146,7 +146,8 @@ class Client:
                 self.model.fold(record.offset, record.event)
         return self.model
 
-    def _follow(self, timeout: float) -> None:
+    def follow(self, timeout: float) -> None:
+        """Folds what arrives within `timeout` seconds (for live views)."""
         for record in self._reader.poll(timeout):
             if record.event is not None:
                 self.model.fold(record.offset, record.event)
@@ -183,7 +184,7 @@ class Client:
                 return status
             if deadline is not None and time.monotonic() >= deadline:
                 raise TimeoutError(f"job {job_id} is still {status.state} ({status.reason}) after {timeout:g} s")
-            self._follow(0.5)
+            self.follow(0.5)
             status = self._status(job_id, self._queue_positions())
 
     def teams(self) -> list[TeamUsage]:

@@ -35,12 +35,17 @@ def emit(rows: Sequence[Any], form: str, columns: Sequence[tuple[str, Callable[[
         text = json.dumps(data, indent=2) if form == "json" else yaml.safe_dump(data, sort_keys=False)
         out.file.write(text if text.endswith("\n") else text + "\n")
         return
+    out.print(table_of(rows, columns, title))
+
+
+def table_of(rows: Sequence[Any], columns: Sequence[tuple[str, Callable[[Any], Any]]], title: str | None = None) -> Table:
+    """A rich table of `columns` (header, getter) over `rows`, states in colour."""
     table = Table(title=title, box=None, header_style="bold", pad_edge=False)
     for header, _ in columns:
         table.add_column(header, no_wrap=True)
     for row in rows:
         table.add_row(*(_cell(get(row)) for _, get in columns))
-    out.print(table)
+    return table
 
 
 def _cell(value: Any) -> str:
