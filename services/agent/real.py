@@ -99,7 +99,6 @@ class NodeAgent:
     last_heartbeat: float = 0.0
     last_health: float = 0.0
     health: GpuHealth = field(default_factory=GpuHealth)
-    launched: int = 0
 
     @property
     def node(self) -> str:
@@ -253,15 +252,12 @@ class NodeAgent:
         (directory / "pid").write_text(json.dumps({"pid": w.pid, "start": w.started_ticks, "rank": rank,
                                                    "launched_at": now, "restored_ms": restored}))
         self.workers[key] = w
-        self.launched += 1
-        self._emit(m.WorkerStarted(envelope=self._envelope(now, f"{job_id}/a{attempt}/w{index}/started", job_id),
-                                   job_id=job_id, attempt=attempt, worker=index, node=self.node))
+        self._started(key, now)
 
     def _exited_without_process(self, key: tuple[str, int, int], directory: Path, now: int, code: int) -> None:
         job_id, attempt, index = key
         self.workers[key] = Worker(job_id, attempt, index, directory, 0, "", now, exit_code=code)
-        self._emit(m.WorkerStarted(envelope=self._envelope(now, f"{job_id}/a{attempt}/w{index}/started", job_id),
-                                   job_id=job_id, attempt=attempt, worker=index, node=self.node))
+        self._started(key, now)
         self._exit(self.workers[key], code, now)
 
     def _report_lost(self, key: tuple[str, int, int], now: int) -> None:
@@ -285,6 +281,9 @@ class NodeAgent:
                        info.get("restored_ms", 0), info.get("rank", 0))
             w.report_offset = _size(directory / "checkpoints.jsonl")  # checkpoints reported before are old news
             self.workers[key] = w
+            run = self.model.attempts.get(key[0], {}).get(key[1])
+            if run is None or key[2] not in run.started:  # the earlier agent died before it could say so
+                self._started(key, now)
             if not self._alive(w):
                 code = _read_exit(directory)
                 self._exit(w, EXIT_LOST if code is None else code, now)
@@ -334,6 +333,11 @@ class NodeAgent:
                 envelope=self._envelope(now, f"{w.job_id}/a{w.attempt}/checkpoint-{step}", w.job_id),
                 job_id=w.job_id, attempt=w.attempt, checkpoint_id=f"{w.job_id}/a{w.attempt}/step-{step}",
                 progress_ms=w.restored_ms + max(0, now - w.launched_at), step=step))
+
+    def _started(self, key: tuple[str, int, int], now: int) -> None:
+        job_id, attempt, index = key
+        self._emit(m.WorkerStarted(envelope=self._envelope(now, f"{job_id}/a{attempt}/w{index}/started", job_id),
+                                   job_id=job_id, attempt=attempt, worker=index, node=self.node))
 
     def _exit(self, w: Worker, code: int, now: int) -> None:
         w.exit_code = code

@@ -13,6 +13,7 @@ from confluent_kafka import KafkaException
 from rich.live import Live
 from rich.spinner import Spinner
 
+from events.broker import cluster_node_ids
 from events.launcher.spec import SpecError
 from projections.jobs import JobState
 from services.launcher.client import Client, JobStatus, LauncherError
@@ -46,6 +47,9 @@ def _common(parser: argparse.ArgumentParser, output: bool = False) -> None:
 
 
 def _client(args: argparse.Namespace) -> Client:
+    if not cluster_node_ids(args.bootstrap_servers, timeout=5):
+        raise LauncherError(f"no Kafka broker answers at {args.bootstrap_servers} (start one with `gangway kafka "
+                            "start`, or set KAFKA_BOOTSTRAP_SERVERS / --bootstrap-servers)")
     return Client(args.bootstrap_servers, args.cell)
 
 
