@@ -156,6 +156,10 @@ class EventConsumer:
         `on_assign(consumer, partitions)` may set each partition's start offset before reading begins."""
         self._consumer.subscribe(list(topics), on_assign=on_assign, on_revoke=on_revoke, on_lost=on_revoke)
 
+    def cluster_id(self) -> str:
+        """The id of the Kafka cluster this consumer reads: part of the identity of a log."""
+        return retrying(lambda: self._consumer.list_topics(timeout=30).cluster_id)
+
     def committed(self, partitions: list[TopicPartition]) -> list[TopicPartition]:
         return retrying(lambda: self._consumer.committed(partitions, timeout=30))
 

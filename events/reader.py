@@ -27,9 +27,11 @@ class LogReader:
     """Reads some cells' logs from given offsets (0 by default), without a consumer group's bookkeeping."""
 
     def __init__(self, cells: Sequence[str], bootstrap_servers: str | None = None, start: int | Mapping[str, int] = 0,
-                 all_cells: Sequence[str] | None = None, topics: TopicNames | None = None) -> None:
+                 all_cells: Sequence[str] | None = None, topics: TopicNames | None = None,
+                 topic: str | None = None) -> None:
         self.all_cells = tuple(all_cells or cells_from_env())
         self.topics = topics or topic_names()
+        self.topic = topic or self.topics.events  # the main log; the heartbeat topic for side input
         self.cells = tuple(cells)
         unknown = [c for c in self.cells if c not in self.all_cells]
         if unknown:
@@ -38,7 +40,7 @@ class LogReader:
         self.starts = {c: max(0, start if isinstance(start, int) else start.get(c, 0)) for c in self.cells}
         self._consumer = EventConsumer(bootstrap_servers or default_bootstrap(), f"reader-{uuid.uuid4().hex}",
                                        self.topics, self.all_cells)
-        self._consumer.raw.assign([TopicPartition(self.topics.events, p, self.starts[c])
+        self._consumer.raw.assign([TopicPartition(self.topic, p, self.starts[c])
                                    for p, c in sorted(self.partitions.items())])
 
     def __enter__(self) -> LogReader:
@@ -54,7 +56,7 @@ class LogReader:
         """Per cell, the offset after the last record a committed reader can see now (the last stable offset)."""
         out = {}
         for partition, cell in sorted(self.partitions.items()):
-            tp = TopicPartition(self.topics.events, partition)
+            tp = TopicPartition(self.topic, partition)
             _, out[cell] = retrying(lambda tp=tp: self._consumer.raw.get_watermark_offsets(tp, timeout=30))
         return out
 
@@ -82,7 +84,7 @@ class LogReader:
 
     def _position(self, cell: str) -> int:
         partition = cell_partition(self.all_cells, cell)
-        position = self._consumer.raw.position([TopicPartition(self.topics.events, partition)])[0].offset
+        position = self._consumer.raw.position([TopicPartition(self.topic, partition)])[0].offset
         return max(position, self.starts[cell])  # before the first fetch the position is not known yet
 
     def close(self) -> None:

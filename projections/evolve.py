@@ -53,7 +53,7 @@ def _mark_dirty(state: CellState, event: m.Event) -> None:
     if job_id is not None:
         dirty.add(f"job/{job_id}")
         dirty.add("tenancy")  # usage follows admissions and releases
-    elif isinstance(event, m.NodeHeartbeat):
+    elif isinstance(event, (m.NodeHeartbeat, m.NodeRecovered)):  # a recovered node's silence starts afresh
         dirty.add(f"heartbeat/{event.node}")
     elif isinstance(event, (m.TeamDefined, m.CohortDefined, m.QuotaSet, m.PriorityClassDefined)):
         dirty.add("tenancy")

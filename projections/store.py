@@ -12,6 +12,10 @@ from projections.cell import CellState
 from projections.snapshot import CELL_KEY, TENANCY_KEY, all_keys, restore, rows
 
 
+class StoreMismatch(RuntimeError):
+    """A store folded from one log opened to resume on another."""
+
+
 class ProjectionStore:
     """One cell's state in its own RocksDB directory."""
 
@@ -24,8 +28,19 @@ class ProjectionStore:
         """The stored state (its `offset` is the last folded event), or None for an empty store."""
         if self._db.get(CELL_KEY.encode()) is None:
             return None
-        stored = {key.decode(): value for key, value in self._db.items() if not key.startswith(b"extra/")}
+        stored = {key.decode(): value for key, value in self._db.items()
+                  if not key.startswith(b"extra/") and key != b"log"}
         return restore(stored)
+
+    def bind(self, log: str) -> None:
+        """Ties the store to the log it folds (e.g. `<cluster id>/<topic>/<partition>`): a new store takes the
+        name, a store folded from another log refuses, since its offsets mean nothing here."""
+        bound = self._db.get(b"log")
+        if bound is None:
+            self._db[b"log"] = log.encode()
+        elif bound.decode() != log:
+            raise StoreMismatch(f"the projection in {self.path} was folded from {bound.decode()}, not {log}: "
+                                f"move it away (or give another --state-dir) to rebuild from this log")
 
     def extra(self, name: str) -> bytes | None:
         """A row the caller saved beside the state (a service's assumed decisions, say)."""

@@ -1,1 +1,2 @@
-"""The audit CLI: rebuild, verify, explain and what-if replays over a recorded log; also the `gangway` command."""
+"""Shells over the whole system: the `gangway` command (cli.py dispatches every subcommand), the virtual-time
+runners (the in-memory cell, scenarios, the simulator), verify and rebuild over a recorded log, and the demo."""

@@ -1,5 +1,9 @@
-"""An in-memory log in virtual time: inputs and agent reports are appended in time order, and
-every event is folded and decided in log order, exactly as the Kafka services would."""
+"""An in-memory cell in virtual time: the four services as replicas on one ordered log. Inputs and agent
+reports are appended in time order; each entry is folded once into the state the replicas share, then
+each replica answers it in service order and its decisions are appended to the log, where every replica
+reads them back as the Kafka services would. So the log written here is a log Kafka could hold for the
+same inputs, and `gangway verify` replays it exactly as it replays a cell's log on Kafka. Heartbeats are
+side input, as on Kafka: handed to the replicas, never appended to the log."""
 
 from __future__ import annotations
 
@@ -9,8 +13,10 @@ from dataclasses import dataclass, field
 
 from events import models as m
 from projections.cell import CellState
+from projections.evolve import evolve
 from services.admitter.decide import Admitter
-from services.core.decider import Decider, step
+from services.core.decider import Decider
+from services.core.replica import Replica, replicas
 from services.placer.decide import Placer
 from services.policy import DEFAULT_POLICY, Policy
 from services.preemptor.decide import Preemptor
@@ -23,6 +29,7 @@ def all_deciders() -> list[Decider]:
 
 
 Observer = Callable[["VirtualCell", m.Event, int], None]
+SideObserver = Callable[["VirtualCell", m.Event], None]
 
 
 @dataclass
@@ -36,10 +43,20 @@ class VirtualCell:
     state: CellState = field(default_factory=CellState)
     log: list[m.Event] = field(default_factory=list)
     observers: list[Observer] = field(default_factory=list)
+    side_observers: list[SideObserver] = field(default_factory=list)  # see the heartbeats, which the log does not
     now: int = 0
     _pending: list[tuple[int, int, m.Event]] = field(default_factory=list)
     _seq: int = 0
     _next_tick: int = 0
+    replicas: list[Replica] = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.replicas = replicas(self.deciders, self.policy, self.state)
+
+    @property
+    def heartbeats(self) -> dict[str, int]:
+        """The latest heartbeat per node, as recovery sees it."""
+        return self.replicas[-1].heartbeats if self.replicas else {}
 
     def envelope(self, at: int, producer: str, correlation_id: str | None = None) -> m.Envelope:
         self._seq += 1
@@ -55,13 +72,21 @@ class VirtualCell:
             self.schedule(event)
 
     def append(self, event: m.Event) -> None:
-        """Appends one event and plays the log forward until every decision it caused is folded."""
+        """Appends one event and plays the log forward until every decision it caused is folded; a heartbeat
+        goes to the replicas instead, as side input."""
+        if isinstance(event, m.NodeHeartbeat):
+            for replica in self.replicas:
+                replica.observe(event)
+            for observer in self.side_observers:
+                observer(self, event)
+            return
         cursor = len(self.log)
         self.log.append(event)
         while cursor < len(self.log):
             current = self.log[cursor]
-            decisions = step(self.state, current, cursor, self.deciders, self.policy)
-            self.log.extend(decisions)
+            evolve(self.state, current, cursor)
+            for replica in self.replicas:
+                self.log.extend(replica.answer(cursor, current))
             for observer in self.observers:
                 observer(self, current, cursor)
             cursor += 1

@@ -1,30 +1,28 @@
 """Re-runs each service over a recorded cell log and checks it reproduces every decision it wrote.
 
-A service folds the log in order, folds its own decisions as soon as it makes them ("assumed"),
-and answers each of them again once read back with its offset — exactly what the Kafka shell does.
-So each recorded decision must come out again, equal field for field, and nothing else may.
-Recovery's `NodeFailed` is the one decision made on input outside the main log (heartbeats on
-their own topic): it is taken as the fact it records, with its evidence, not re-derived.
+Each service is replayed as a replica (services/core/replica.py), the unit its Kafka shell runs: it folds
+the log in order and decides on each event with its own in-flight decisions in view. So each recorded
+decision must come out again, equal field for field, and nothing else may. Decisions made on side input
+(recovery's failures for heartbeat silence; heartbeats are not on the main log) are taken as the facts
+the log records, at the basis it records for them.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from events import models as m
 from events.reader import read_log
 from events.topics import cells_from_env
-from projections.cell import CellState
-from projections.evolve import fold_assumed
-from services.core.decider import Context, Decider, step
+from services.core.decider import Decider
+from services.core.replica import Replica
+from services.policies import UnknownPolicy, resolve
 from services.policy import DEFAULT_POLICY, Policy
 from services.run_cli import DECIDERS
-
-#: Decisions made on input the main log does not hold.
-FROM_SIDE_INPUT = (m.NodeFailed,)
 
 
 @dataclass
@@ -42,30 +40,33 @@ class Verdict:
         return not (self.missing or self.different or self.extra)
 
 
-def verify(logged: Sequence[tuple[int, m.Event]], decider: Decider, policy: Policy,
+def verify(logged: Sequence[tuple[int, m.Event]], decider: Decider, policy: Policy | None = None,
            upto: int | None = None) -> Verdict:
-    """Replays `decider` over the log; decisions based past `upto` (events the live service had not
-    reached when it stopped) are not expected to be recorded."""
+    """Replays `decider` over the log, each decision under the policy its record names (or all under `policy`);
+    decisions based past `upto` (events the live service had not reached when it stopped) are not expected to
+    be recorded. Raises UnknownPolicy for a recorded version the registry does not know."""
     verdict = Verdict(decider.name)
-    recorded = {e.envelope.event_id: e for _, e in logged
-                if e.is_decision and e.envelope.producer == decider.name and not isinstance(e, FROM_SIDE_INPUT)}
-    state = CellState()
-    assumed: set[str] = set()
+    recorded = {e.envelope.event_id: e for _, e in logged if e.is_decision and e.envelope.producer == decider.name}
+    by_basis: dict[int, list[m.Decision]] = {}
+    for decision in recorded.values():
+        by_basis.setdefault(decision.envelope.basis_offset or 0, []).append(decision)
+    versions = {} if policy is not None else {
+        basis: decisions[0].envelope.policy_version for basis, decisions in by_basis.items()
+        if decisions[0].envelope.policy_version}
+    # Before its first decision, a service ran under the policy the cell's other services record, if any.
+    cell_version = next((e.envelope.policy_version for _, e in logged if e.is_decision and e.envelope.policy_version),
+                        None)
+    first = versions[min(versions)] if versions else cell_version
+    start = policy or (resolve(first) if first is not None else DEFAULT_POLICY)
+    replica = Replica(decider, start, recorded=lambda offset: by_basis.get(offset, ()))
     decided: dict[str, m.Event] = {}
     for offset, event in logged:
-        if event.envelope.event_id in assumed:
-            assumed.discard(event.envelope.event_id)
-            state.offset = offset
-            decisions = decider.decide(state, event, Context(decider.name, event, offset, policy))
-        else:
-            decisions = step(state, event, offset, [decider], policy)
-        for decision in decisions:
-            fold_assumed(state, decision)
-            assumed.add(decision.envelope.event_id)
+        version = versions.get(offset)
+        if version is not None and version != replica.policy.version:
+            replica.policy = resolve(version)  # the service ran under another policy from here on
+        for decision in replica.consume(offset, event):
             decided[decision.envelope.event_id] = decision
     for event_id, decision in decided.items():
-        if isinstance(decision, FROM_SIDE_INPUT):
-            continue
         original = recorded.get(event_id)
         if original is None:
             if upto is None or (decision.envelope.basis_offset or 0) <= upto:
@@ -82,6 +83,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--cell", default=None, help="default: the first of $GANGWAY_CELLS")
     parser.add_argument("--service", choices=sorted(DECIDERS), action="append",
                         help="the services to verify (repeatable; default all four)")
+    parser.add_argument("--policy", default=None,
+                        help="replay every decision under this policy (name or version) instead of the one it records")
     parser.add_argument("--bootstrap-servers", default=os.environ.get("KAFKA_BOOTSTRAP_SERVERS", "127.0.0.1:9092"))
 
 
@@ -90,7 +93,11 @@ def run(args: argparse.Namespace) -> int:
     logged = read_cell_log(args.bootstrap_servers, args.cell or cells[0], cells)
     failed = False
     for name in args.service or sorted(DECIDERS):
-        verdict = verify(logged, DECIDERS[name](), DEFAULT_POLICY)
+        try:
+            verdict = verify(logged, DECIDERS[name](), resolve(args.policy) if args.policy else None)
+        except UnknownPolicy as error:
+            print(f"gangway verify: {error}", file=sys.stderr)
+            return 1
         failed |= not verdict.ok
         print(f"{name:10} reproduced {verdict.reproduced:,}; missing {len(verdict.missing)}, "
               f"different {len(verdict.different)}, extra {len(verdict.extra)}")

@@ -1,1 +1,3 @@
-"""The four deciders (admitter, placer, preemptor, recovery), their policies, and the Kafka shell that runs them."""
+"""The control plane: the four deciders (admitter, placer, preemptor, recovery) with their policies, the core
+they share (replica, placement, queue order, quota fit), the policy registry, the Kafka shell that runs a
+replica per cell, and the node agents (the simulated fleet)."""

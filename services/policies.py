@@ -1,4 +1,5 @@
-"""The policy catalogue: Gangway's own policy and the baselines its users would otherwise pick.
+"""The policy registry: Gangway's own policy, the baselines its users would otherwise pick, and any of them
+with knobs overridden; every `policy_version` a decision records resolves back to its `Policy` here.
 
 Each entry is a plain, versioned `Policy` value built from the deciders' existing knobs, so the
 simulator (or a what-if replay) runs the very same deciders under another policy:
@@ -14,8 +15,12 @@ simulator (or a what-if replay) runs the very same deciders under another policy
 
 from __future__ import annotations
 
+import dataclasses
+import json
 from dataclasses import replace
+from typing import Any
 
+from events.durations import parse_duration
 from services.admitter.policy import AdmissionPolicy
 from services.placer.policy import PlacementPolicy
 from services.policy import DEFAULT_POLICY, Policy
@@ -61,9 +66,94 @@ CATALOGUE: dict[str, Policy] = {
 }
 
 
+class UnknownPolicy(KeyError):
+    """A policy name or version the registry cannot resolve; the message names the known ones."""
+
+    def __str__(self) -> str:
+        return self.args[0]
+
+
 def policy(name: str) -> Policy:
-    """The catalogue's policy of that name; KeyError names the known ones."""
+    """The catalogue's policy of that name."""
     try:
         return CATALOGUE[name]
     except KeyError:
-        raise KeyError(f"unknown policy {name!r}; known: {', '.join(CATALOGUE)}") from None
+        raise UnknownPolicy(f"unknown policy {name!r}; known: {', '.join(CATALOGUE)}") from None
+
+
+def resolve(name_or_version: str) -> Policy:
+    """The policy a name (`gangway`) or a recorded version (`gangway-1`, `fifo-1+admission.backfill=true`) stands
+    for: a catalogue version, optionally followed by the knobs that differ from it."""
+    if name_or_version in CATALOGUE:
+        return CATALOGUE[name_or_version]
+    base_version, *knobs = name_or_version.split("+")
+    base = next((p for p in CATALOGUE.values() if p.version == base_version), None)
+    if base is None:
+        known = ", ".join(f"{name} ({p.version})" for name, p in CATALOGUE.items())
+        raise UnknownPolicy(f"unknown policy {name_or_version!r}; known: {known}, each optionally with "
+                            f"+section.knob=value overrides")
+    overrides: dict[str, dict[str, Any]] = {}
+    for knob in knobs:
+        path, equals, value = knob.partition("=")
+        section, dot, name = path.partition(".")
+        if not (equals and dot):
+            raise UnknownPolicy(f"policy {name_or_version!r}: {knob!r} is not section.knob=value")
+        try:
+            overrides.setdefault(section, {})[name] = json.loads(value)
+        except json.JSONDecodeError:
+            raise UnknownPolicy(f"policy {name_or_version!r}: {knob!r} has no JSON value") from None
+    try:
+        return overridden(base, overrides)
+    except ValueError as error:
+        raise UnknownPolicy(f"policy {name_or_version!r}: {error}") from None
+
+
+def overridden(base: Policy, overrides: dict[str, Any]) -> Policy:
+    """`base` with `{section: {knob: value}}` replaced; `_ms` knobs take durations ('5m') and may be written
+    without the suffix. Its version is the base's with every knob that differs appended, so it resolves back.
+    Raises ValueError naming an unknown section, knob or bad value."""
+    policy = base
+    for section, knobs in overrides.items():
+        current = getattr(policy, section, None)
+        if section == "version" or not dataclasses.is_dataclass(current):
+            sections = [f.name for f in dataclasses.fields(Policy) if f.name != "version"]
+            raise ValueError(f"unknown policy section {section!r} (one of: {', '.join(sections)})")
+        if not isinstance(knobs, dict):
+            raise ValueError(f"policy.{section} must be a mapping of knob: value")
+        fields = {f.name: f for f in dataclasses.fields(current)}
+        changes = {}
+        for knob, value in knobs.items():
+            name = knob if knob in fields else f"{knob}_ms"
+            if name not in fields:
+                raise ValueError(f"unknown knob policy.{section}.{knob} (one of: {', '.join(fields)})")
+            changes[name] = _coerce(section, name, getattr(current, name), value)
+        policy = replace(policy, **{section: replace(current, **changes)})
+    return policy.with_version(_derived_version(base, policy))
+
+
+def _derived_version(base: Policy, policy: Policy) -> str:
+    parts = [base.version]
+    for f in dataclasses.fields(Policy):
+        if f.name == "version":
+            continue
+        mine, theirs = dataclasses.asdict(getattr(policy, f.name)), dataclasses.asdict(getattr(base, f.name))
+        parts += [f"{f.name}.{k}={json.dumps(v)}" for k, v in sorted(mine.items()) if theirs[k] != v]
+    return "+".join(parts)
+
+
+def _coerce(section: str, name: str, default: Any, value: Any) -> Any:
+    where = f"policy.{section}.{name}"
+    if name.endswith("_ms"):
+        if value is None:
+            raise ValueError(f"{where} must be a duration, not null")
+        try:
+            return parse_duration(value)
+        except ValueError as error:
+            raise ValueError(f"{where}: {error}") from None
+    if isinstance(default, bool):
+        if not isinstance(value, bool):
+            raise ValueError(f"{where} must be true or false, not {value!r}")
+        return value
+    if (value is None and default is None) or (isinstance(value, int) and not isinstance(value, bool)):
+        return value
+    raise ValueError(f"{where} must be an integer{' or null' if default is None else ''}, not {value!r}")

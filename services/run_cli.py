@@ -13,9 +13,10 @@ from pathlib import Path
 
 from events.clock import VirtualClock, epoch_from_env, run_clock
 from events.topics import cells_from_env, topic_names, topic_prefix
+from projections.store import StoreMismatch
 from services.admitter.decide import Admitter
 from services.placer.decide import Placer
-from services.policy import DEFAULT_POLICY
+from services.policies import UnknownPolicy, resolve
 from services.preemptor.decide import Preemptor
 from services.recovery.decide import Recovery
 from services.shell import ServiceShell
@@ -32,6 +33,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="comma-separated cells, in partition order (default: $GANGWAY_CELLS or cell-a)")
     parser.add_argument("--state-dir", type=Path, default=Path(os.environ.get("GANGWAY_STATE", "~/.gangway/state")),
                         help="where each service keeps its RocksDB projections (default ~/.gangway/state)")
+    parser.add_argument("--policy", default="gangway",
+                        help="the policy the services decide under: a name (gangway, fifo, static, kueue-like, "
+                             "backfill) or a recorded version such as gangway-1+admission.backfill=false")
     parser.add_argument("--tick-interval", type=float, default=1.0, help="clock: seconds between ticks")
     parser.add_argument("--speedup", type=float, default=1.0, help="clock: event time runs this many times faster")
     parser.add_argument("--epoch", type=float, default=epoch_from_env(),
@@ -50,9 +54,13 @@ def run(args: argparse.Namespace) -> int:
     if args.service == "clock":
         run_clock(args.bootstrap_servers, topics, cells, args.tick_interval, VirtualClock.anchored(args.speedup, args.epoch))
         return 0
-    shell = ServiceShell(DECIDERS[args.service](), args.bootstrap_servers, topics, cells,
-                         args.state_dir.expanduser(), DEFAULT_POLICY, name_prefix=topic_prefix())
-    shell.run()
+    try:
+        shell = ServiceShell(DECIDERS[args.service](), args.bootstrap_servers, topics, cells,
+                             args.state_dir.expanduser(), resolve(args.policy), name_prefix=topic_prefix())
+        shell.run()
+    except (UnknownPolicy, StoreMismatch) as error:
+        print(f"gangway run {args.service}: {error}", file=sys.stderr)
+        return 1
     return 0
 
 
@@ -61,7 +69,7 @@ def _run_all(args: argparse.Namespace) -> int:
     epoch = args.epoch if args.epoch is not None else time.time()  # one anchor for every child
     common = ["--epoch", repr(epoch), "--bootstrap-servers", args.bootstrap_servers, "--cells", args.cells,
               "--state-dir", str(args.state_dir), "--tick-interval", str(args.tick_interval),
-              "--speedup", str(args.speedup)] + (["-v"] if args.verbose else [])
+              "--speedup", str(args.speedup), "--policy", args.policy] + (["-v"] if args.verbose else [])
     children = [subprocess.Popen([sys.executable, "-m", "replay.cli", "run", name, *common]) for name in EVERYTHING]
     stop = lambda *_: [c.send_signal(signal.SIGTERM) for c in children if c.poll() is None]  # noqa: E731
     signal.signal(signal.SIGTERM, stop)

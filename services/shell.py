@@ -1,16 +1,17 @@
-"""The Kafka shell of a service: read committed events of its cells, fold, decide, and write the
-decisions with the consumed offsets in one transaction; then save the state with its offset.
+"""The Kafka shell of a service: for each cell the consumer group gives it, a replica (services/core/replica.py)
+consumes the cell's committed events; the shell writes the replica's decisions with the consumed offsets in
+one transaction, then saves the replica's state with its offset in one RocksDB write batch.
 
-- Cells are partitions: replicas of a service share them as one consumer group, and a cell that
-  moves is restored from its RocksDB projection (or rebuilt from offset 0 when it has none).
-- One transactional producer per service and cell (`gangway-<service>-<cell>`): a new owner
-  fences the old one and aborts its open transaction at once.
-- The service's own decisions are folded as soon as it makes them ("assumed") and not folded again
-  when read back, so nothing is double-booked while they are in flight; read back, they are
-  decided on like any other event (that is when their offset, the basis, is known).
-- The projection is saved only after the transaction commits, so it never runs ahead of Kafka.
-  If the process dies between the two, the events in between are folded again and re-decided
-  silently (their decisions are already in the log), which is what determinism buys.
+- Cells are partitions: replicas of a service share them as one consumer group, and a cell that moves is
+  restored from its RocksDB projection (or rebuilt from offset 0 when it has none). A store remembers the
+  log it was folded from (cluster, topic, partition) and refuses to resume on another one.
+- One transactional producer per service and cell (`gangway-<service>-<cell>`): a new owner fences the old
+  one and aborts its open transaction at once.
+- The projection is saved only after the transaction commits, so it never runs ahead of Kafka. If the
+  process dies between the two, the events in between are consumed again and their decisions, already in
+  the log, are not written twice (the replica remembers them as in flight, which they are).
+- Side input (recovery's heartbeats) is read from the position the store recorded, caught up to the
+  topic's end before the cell's main log, so a restart sees the heartbeats it would have seen running.
 - Undecodable records go to the dead-letter topic inside the same transaction.
 """
 
@@ -24,15 +25,17 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from confluent_kafka import TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, TopicPartition
 
+from events.codec import EventCodec
 from events.log import EventConsumer, EventProducer, LogRecord
-from events.models import Decision, NodeHeartbeat
+from events.models import Decision
+from events.reader import LogReader
 from events.topics import TopicNames
 from projections.cell import CellState
-from projections.evolve import fold_assumed
 from projections.store import ProjectionStore
-from services.core.decider import Context, Decider, step
+from services.core.decider import Decider
+from services.core.replica import Replica
 from services.policy import Policy
 
 log = logging.getLogger("gangway.shell")
@@ -53,15 +56,15 @@ class Timings:
 
 @dataclass
 class CellRuntime:
-    """What a replica keeps for one cell it owns."""
+    """What a service keeps for one cell it owns."""
 
     cell: str
     partition: int
-    state: CellState
+    replica: Replica
     store: ProjectionStore
     producer: EventProducer
-    assumed: dict[str, None] = field(default_factory=dict)  # own decisions folded, not yet read back
     replay_until: int = 0  # events below this offset were decided before: their output is in the log
+    heartbeat_offset: int = OFFSET_BEGINNING  # next side-topic record to read
 
 
 class ServiceShell:
@@ -75,25 +78,29 @@ class ServiceShell:
         self.runtimes: dict[int, CellRuntime] = {}
         self.stopping = False
         self.timings = Timings()
+        self.codec = EventCodec()
         self.name_prefix = name_prefix  # isolates group and transactional ids like the topic prefix does
         self.consumer = EventConsumer(bootstrap_servers, f"{name_prefix}gangway-{decider.name}", topics, cells)
-        wanted = [topics.events] + ([topics.heartbeats] if decider.name == "recovery" else [])
+        self.cluster_id = self.consumer.cluster_id()
+        wanted = [topics.events] + ([topics.heartbeats] if decider.side_input else [])
         self.consumer.subscribe(wanted, self._on_assign, self._on_revoke)
 
     # --- cells coming and going -------------------------------------------------------------
 
     def _on_assign(self, consumer, partitions: list[TopicPartition]) -> None:
         starts = []
-        for p in partitions:
+        for p in sorted(partitions, key=lambda p: (p.topic != self.topics.events, p.partition)):
             if p.topic != self.topics.events:
-                starts.append(TopicPartition(p.topic, p.partition, -1))  # heartbeats: from the latest
+                runtime = self.runtimes.get(p.partition)
+                start = runtime.heartbeat_offset if runtime is not None else OFFSET_BEGINNING
+                starts.append(TopicPartition(p.topic, p.partition, start))
                 continue
             runtime = self._open(p.partition)
             committed = self.consumer.committed([TopicPartition(p.topic, p.partition)])[0].offset
             runtime.replay_until = max(committed, 0)
-            starts.append(TopicPartition(p.topic, p.partition, runtime.state.offset + 1))
+            starts.append(TopicPartition(p.topic, p.partition, runtime.replica.offset + 1))
             log.info("%s owns %s from offset %d (committed %d)", self.decider.name, runtime.cell,
-                     runtime.state.offset + 1, committed)
+                     runtime.replica.offset + 1, committed)
         consumer.assign(starts)
 
     def _on_revoke(self, consumer, partitions: list[TopicPartition]) -> None:
@@ -106,13 +113,32 @@ class ServiceShell:
     def _open(self, partition: int) -> CellRuntime:
         cell = self.cells[partition]
         store = ProjectionStore(self.data_dir / self.decider.name / cell)
+        store.bind(f"{self.cluster_id}/{self.topics.events}/{partition}")  # raises on another log's store
         state = store.load() or CellState(cell=cell)
-        assumed = json.loads(store.extra("assumed") or b"[]")
+        replica = Replica(self.decider, self.policy, state)
+        replica.assumed = {d.envelope.event_id: d for d in map(self.codec.decode, _blobs(store.extra("assumed")))}
+        side = json.loads(store.extra("side") or b"{}")
+        replica.heartbeats = dict(side.get("heartbeats", {}))
+        replica.pending_heartbeats = [tuple(p) for p in side.get("pending", [])]
         producer = EventProducer(self.bootstrap, f"{self.name_prefix}gangway-{self.decider.name}-{cell}",
                                  self.topics, self.cells)
-        runtime = CellRuntime(cell, partition, state, store, producer, dict.fromkeys(assumed))
+        runtime = CellRuntime(cell, partition, replica, store, producer,
+                              heartbeat_offset=side.get("offset", OFFSET_BEGINNING))
         self.runtimes[partition] = runtime
+        if self.decider.side_input:
+            self._catch_up_side_input(runtime)
         return runtime
+
+    def _catch_up_side_input(self, runtime: CellRuntime) -> None:
+        """Reads the cell's heartbeats from where the store left off to the topic's end, before its main log."""
+        reader = LogReader([runtime.cell], self.bootstrap, max(runtime.heartbeat_offset, 0), self.cells,
+                           self.topics, topic=self.topics.heartbeats)
+        with reader:
+            for record in reader.read():
+                if record.event is not None:
+                    runtime.replica.observe(record.event)
+                runtime.heartbeat_offset = record.offset + 1
+        log.info("%s read %s's heartbeats to offset %d", self.decider.name, runtime.cell, runtime.heartbeat_offset)
 
     # --- the loop ---------------------------------------------------------------------------
 
@@ -141,49 +167,39 @@ class ServiceShell:
             self.timings.batches += 1
             self.timings.records += len(records)
         by_cell: dict[int, list[LogRecord]] = {}
-        heartbeats: dict[int, list[LogRecord]] = {}
+        side: dict[int, list[LogRecord]] = {}
         for record in records:
-            target = by_cell if record.topic == self.topics.events else heartbeats
+            target = by_cell if record.topic == self.topics.events else side
             target.setdefault(record.partition, []).append(record)
-        for partition in sorted(set(by_cell) | set(heartbeats)):
+        for partition in sorted(set(by_cell) | set(side)):
             runtime = self.runtimes.get(partition)
             if runtime is not None:
-                self.process(runtime, by_cell.get(partition, []), heartbeats.get(partition, []))
+                self.process(runtime, by_cell.get(partition, []), side.get(partition, []))
         return len(records)
 
-    def process(self, runtime: CellRuntime, records: list[LogRecord], heartbeats: list[LogRecord]) -> None:
-        state = runtime.state
-        for record in heartbeats:
-            if isinstance(record.event, NodeHeartbeat):
-                fold_assumed(state, record.event)
+    def process(self, runtime: CellRuntime, records: list[LogRecord], side: list[LogRecord]) -> None:
+        replica = runtime.replica
+        for record in side:
+            if record.offset >= runtime.heartbeat_offset:
+                if record.event is not None:
+                    replica.observe(record.event)
+                runtime.heartbeat_offset = record.offset + 1
         clock = time.perf_counter()
         output: list[Decision] = []
         letters = []
         for record in records:
-            if record.offset <= state.offset:
+            if record.offset <= replica.offset:
                 continue  # re-delivered: already folded
             fresh = record.offset >= runtime.replay_until
-            event = record.event
-            if event is None:
-                state.offset = record.offset
+            if record.event is None:
+                replica.state.offset = record.offset
                 if fresh:
-                    letters.append(record.dead_letter(self.decider.name, state.now))
+                    letters.append(record.dead_letter(self.decider.name, replica.state.now))
                 continue
-            if event.envelope.event_id in runtime.assumed:
-                del runtime.assumed[event.envelope.event_id]
-                state.offset = record.offset  # folded when it was decided, but answered only now that it has
-                # an offset, like any event: recovery acts on its own NodeFailed / GpuFaulted (interrupts the
-                # jobs on the node), exactly as the in-memory runner, which decides on every log entry.
-                decisions = self.decider.decide(state, event, Context(self.decider.name, event, record.offset,
-                                                                      self.policy))
-            else:
-                decisions = step(state, event, record.offset, [self.decider], self.policy)
-            for decision in decisions:
-                fold_assumed(state, decision)
-                runtime.assumed[decision.envelope.event_id] = None
+            decisions = replica.consume(record.offset, record.event)
             if fresh:
                 output.extend(decisions)
-        consumed = records + heartbeats
+        consumed = records + side
         clock = self._lap("decide", clock)
         if output or letters:
             with runtime.producer.transaction(self.consumer, consumed):
@@ -196,10 +212,28 @@ class ServiceShell:
             # from, so the group's offsets only need to follow now and then (for lag, and hand-over).
             self.consumer.commit_later(consumed)
         clock = self._lap("commit", clock)
-        runtime.store.save(state, extra={"assumed": json.dumps(sorted(runtime.assumed)).encode()})
+        runtime.store.save(replica.state, extra=self._extra(runtime))
         self._lap("store", clock)
+
+    def _extra(self, runtime: CellRuntime) -> dict[str, bytes]:
+        """What the replica keeps besides its state: its decisions in flight and, for side input, its view
+        and the side topic's position, saved in the same write batch as the state."""
+        replica = runtime.replica
+        extra = {"assumed": _blob_list([self.codec.encode(d) for d in replica.assumed.values()])}
+        if self.decider.side_input:
+            extra["side"] = json.dumps({"heartbeats": replica.heartbeats, "pending": replica.pending_heartbeats,
+                                        "offset": runtime.heartbeat_offset}, sort_keys=True).encode()
+        return extra
 
     def _lap(self, phase: str, since: float) -> float:
         now = time.perf_counter()
         self.timings.seconds[phase] += now - since
         return now
+
+
+def _blob_list(blobs: list[bytes]) -> bytes:
+    return json.dumps([b.hex() for b in blobs]).encode()
+
+
+def _blobs(stored: bytes | None) -> list[bytes]:
+    return [bytes.fromhex(h) for h in json.loads(stored or b"[]")]

@@ -58,7 +58,7 @@ def _worker_exited(item: Input, scenario: Scenario, cell: VirtualCell, agents: S
 def _node_failed(item: Input, scenario: Scenario, cell: VirtualCell, agents: SimulatedAgents) -> None:
     agents.silenced.add(item.node_failed)  # a dead node's agent stops heartbeating too
     cell.schedule(m.NodeFailed(envelope=cell.envelope(item.at, "operator").model_copy(update={"reason": m.Reason.OPERATOR}),
-                               node=item.node_failed, last_heartbeat_at=cell.state.last_heartbeat.get(item.node_failed)))
+                               node=item.node_failed, last_heartbeat_at=cell.heartbeats.get(item.node_failed)))
 
 
 def _gpu_error(item: Input, scenario: Scenario, cell: VirtualCell, agents: SimulatedAgents) -> None:

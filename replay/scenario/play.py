@@ -15,9 +15,9 @@ from events import models as m
 from replay.runner import Observer, VirtualCell
 from replay.scenario.expect import Result, check
 from replay.scenario.inputs import apply
-from replay.scenario.policy import policy_from
 from replay.scenario.spec import Generator, NodeSpec, Scenario
 from services.agent.simulated import AgentTiming, SimulatedAgents
+from services.policies import GANGWAY, overridden
 
 
 class ScenarioError(ValueError):
@@ -145,7 +145,7 @@ class Outcome:
 def build(scenario: Scenario) -> tuple[VirtualCell, SimulatedAgents]:
     """A virtual cell with the scenario's policy and tick, its agents attached, configuration scheduled."""
     try:
-        policy = policy_from(scenario.policy)
+        policy = overridden(GANGWAY, scenario.policy)
     except ValueError as error:
         raise ScenarioError(str(error)) from error
     cell = VirtualCell(cell=scenario.name, policy=policy, tick_ms=scenario.tick)
@@ -153,6 +153,7 @@ def build(scenario: Scenario) -> tuple[VirtualCell, SimulatedAgents]:
     agents = SimulatedAgents(AgentTiming(start_delay_ms=a.start_delay, checkpoint_every_ms=a.checkpoint_every,
                                          checkpoint_delay_ms=a.checkpoint_delay, heartbeat_every_ms=a.heartbeat_every))
     cell.observers.append(agents)
+    cell.side_observers.append(agents.heard)
     cell.schedule_all(configuration(scenario, cell))
     return cell, agents
 

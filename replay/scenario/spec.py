@@ -26,7 +26,7 @@ from pydantic import (
 from events.durations import format_duration, parse_duration
 from events.models import EVENT_TYPES_BY_NAME, Reason
 from projections.jobs import JobState
-from replay.scenario.policy import policy_from
+from services.policies import GANGWAY, overridden
 
 Duration = Annotated[NonNegativeInt, BeforeValidator(parse_duration)]
 
@@ -267,7 +267,7 @@ class Scenario(Spec):
     @field_validator("policy")
     @classmethod
     def _known_knobs(cls, policy: dict[str, Any]) -> dict[str, Any]:
-        policy_from(policy)  # raises ValueError naming the unknown section or knob
+        overridden(GANGWAY, policy)  # raises ValueError naming the unknown section or knob
         return policy
 
     @model_validator(mode="after")

@@ -82,6 +82,7 @@ def simulate(workload: Workload, policy: Policy, config: SimConfig, progress: Pr
     agents = SimulatedAgents(timing=timing, durations={j.job_id: j.duration_ms for j in workload.jobs})
     meter = Meter(agents, sorted(workload.capacity()))
     cell.observers.extend([agents, meter])
+    cell.side_observers.append(agents.heard)
     start = min(j.submit_ms for j in workload.jobs)
     _configure(cell, workload, config, start)
     for j in workload.jobs:

@@ -50,6 +50,8 @@ _QUOTA_REASONS = {"nominal": Reason.QUOTA_EXHAUSTED, "borrowing_limit": Reason.B
 
 class Admitter:
     name = "admitter"
+    triggers = frozenset({m.JobCancelRequested, *CYCLE_TRIGGERS})
+    side_input: frozenset[type] = frozenset()
 
     def decide(self, state: CellState, event: m.Event, ctx: Context) -> list[m.Decision]:
         decisions: list[m.Decision] = []

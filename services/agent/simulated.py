@@ -52,8 +52,10 @@ class SimulatedAgents:
                 self._heartbeat(cell, event.node, event.envelope.at)
         elif isinstance(event, m.GpuFaulted) and self.timing.repair_ms is not None:
             self._repair(cell, event)
-        elif isinstance(event, m.NodeHeartbeat):
-            self._heartbeat(cell, event.node, event.envelope.at + self.timing.heartbeat_every_ms)
+
+    def heard(self, cell, heartbeat: m.NodeHeartbeat) -> None:
+        """A heartbeat went out (side input, not on the log): the next one is due a period later."""
+        self._heartbeat(cell, heartbeat.node, heartbeat.envelope.at + self.timing.heartbeat_every_ms)
 
     def _heartbeat(self, cell, node: str, at: int) -> None:
         if node not in self.silenced:

@@ -1,4 +1,4 @@
-"""The decider protocol and `step`: fold one event, then let each decider answer it.
+"""The decider protocol and the context a decision is made in.
 
 A decision's envelope is derived from what caused it: its id from the producer and the basis
 offset, its time from the cause, its correlation from the job. So the same log in gives the
@@ -7,13 +7,12 @@ same decisions out, byte for byte.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
 from events.models import Decision, Envelope, Event, Reason
 from projections.cell import CellState
-from projections.evolve import evolve
 
 if TYPE_CHECKING:  # knobs are values the caller passes in; the core does not depend on the deciders' policies
     from services.policy import Policy
@@ -21,13 +20,17 @@ if TYPE_CHECKING:  # knobs are values the caller passes in; the core does not de
 
 @dataclass
 class Context:
-    """What a decider knows besides the state: the event's offset, the policy, and its own name."""
+    """What a decider knows besides the state: the event's offset, the policy, its own name, and what it
+    sees outside the main log. `heartbeats` is None in a replay, which has no side input: a decision made on
+    side input is then taken from `recorded` (this service's decisions recorded at this basis) as a fact."""
 
     producer: str
     cause: Event
     basis_offset: int
     policy: Policy
-    emitted: int = 0
+    heartbeats: Mapping[str, int] | None = None
+    recorded: Sequence[Decision] = ()
+    emitted: int = field(default=0)
 
     @property
     def now(self) -> int:
@@ -49,20 +52,19 @@ class Context:
             reason=reason,
         )
 
+    def replayed(self, decisions: Sequence[Decision]) -> list[Decision]:
+        """Recorded side-input decisions taken as made here, numbered as they were."""
+        self.emitted += len(decisions)
+        return list(decisions)
+
 
 class Decider(Protocol):
-    """A service's pure core: the decisions one event triggers in a state that already includes it."""
+    """A service's pure core: the decisions one event triggers in a state that already includes it.
+    `triggers` are the event types it answers; on any other event it decides nothing. `side_input` are the
+    event types it reads from outside the main log (heartbeats), which a replay does not have."""
 
     name: str
+    triggers: frozenset[type]
+    side_input: frozenset[type]
 
     def decide(self, state: CellState, event: Event, ctx: Context) -> list[Decision]: ...
-
-
-def step(state: CellState, event: Event, offset: int, deciders: Sequence[Decider],
-         policy: Policy) -> list[Decision]:
-    """Folds `event` at `offset`, then asks every decider, in the given order, what it decides."""
-    evolve(state, event, offset)
-    decisions: list[Decision] = []
-    for decider in deciders:
-        decisions.extend(decider.decide(state, event, Context(decider.name, event, offset, policy)))
-    return decisions

@@ -21,10 +21,10 @@ TRIGGERS = (m.JobAdmitted, m.JobPlaced)
 
 class Placer:
     name = "placer"
+    triggers = frozenset(TRIGGERS)
+    side_input: frozenset[type] = frozenset()
 
     def decide(self, state: CellState, event: m.Event, ctx: Context) -> list[m.Decision]:
-        if not isinstance(event, TRIGGERS):
-            return []
         job = state.jobs.get(event.job_id)
         if job is None or job.state is not JobState.ADMITTED:
             return []

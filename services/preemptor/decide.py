@@ -31,6 +31,8 @@ CANDIDATES_PER_TICK = 8
 
 class Preemptor:
     name = "preemptor"
+    triggers = frozenset({m.CheckpointCompleted, m.Tick, m.JobQueued})
+    side_input: frozenset[type] = frozenset()
 
     def decide(self, state: CellState, event: m.Event, ctx: Context) -> list[m.Decision]:
         decisions: list[m.Decision] = []

@@ -28,6 +28,9 @@ _RUNS = (JobState.PLACED, JobState.RUNNING, JobState.PREEMPTING)
 
 class Recovery:
     name = "recovery"
+    triggers = frozenset({m.Tick, m.NodeFailed, m.GpuErrorReported, m.GpuFaulted, m.WorkerExited,
+                          m.NodeHealthCheckPassed})
+    side_input = frozenset({m.NodeHeartbeat})  # read from the heartbeat topic, off the main log
 
     def decide(self, state: CellState, event: m.Event, ctx: Context) -> list[m.Decision]:
         if isinstance(event, m.Tick):
@@ -52,11 +55,19 @@ class Recovery:
 
 
 def silent_nodes(state: CellState, ctx: Context) -> list[m.Decision]:
+    """NodeFailed for each node silent past the threshold. Heartbeats are side input, off the main log: a
+    replay has none and takes the failures the log records for this tick as the facts they are."""
+    if ctx.heartbeats is None:
+        return ctx.replayed([d for d in ctx.recorded if isinstance(d, m.NodeFailed)
+                             and d.envelope.reason is Reason.HEARTBEAT_MISSED])
     threshold = ctx.policy.recovery.heartbeat_timeout_ms
+    last_seen = dict(state.last_heartbeat)  # what the main log says (a recovered node starts afresh)
+    for name, at in ctx.heartbeats.items():
+        last_seen[name] = max(at, last_seen.get(name, at))
     return [
         m.NodeFailed(envelope=ctx.envelope(Reason.HEARTBEAT_MISSED), node=name,
                      last_heartbeat_at=last, threshold_ms=threshold)
-        for name, last in sorted(state.last_heartbeat.items())
+        for name, last in sorted(last_seen.items())
         if ctx.now - last > threshold and name in state.cluster.nodes and not state.cluster.nodes[name].failed
     ]
 

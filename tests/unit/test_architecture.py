@@ -52,9 +52,26 @@ def test_pure_core_imports_no_io_library():
             if relative in SHELL_MODULES or "/shell" in relative:
                 continue
             bad = _imported_roots(path) & IO_LIBRARIES
-            bad |= {"events.codec", "events.log"} & _imported_modules(path)
+            bad |= {"events.codec", "events.log", "events.reader"} & _imported_modules(path)
             if bad:
                 offenders[relative] = sorted(bad)
+    assert offenders == {}
+
+
+DECIDERS = ("admitter", "placer", "preemptor", "recovery")
+
+
+def test_a_decider_imports_no_io_no_clock_no_randomness_and_no_other_decider():
+    offenders = {}
+    for name in DECIDERS:
+        for path in sorted((ROOT / "services" / name).rglob("*.py")):
+            modules = _imported_modules(path)
+            bad = {module for module in modules if module.split(".")[0] in IO_LIBRARIES}
+            bad |= {module for module in modules for other in DECIDERS
+                    if other != name and (module == f"services.{other}" or module.startswith(f"services.{other}."))}
+            bad |= {"events.codec", "events.log", "events.reader"} & modules
+            if bad:
+                offenders[path.relative_to(ROOT).as_posix()] = sorted(bad)
     assert offenders == {}
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from events import models as m
 from events.models import Reason
+from events.submission import job_submitted
 from projections.jobs import JobState
 from replay.runner import VirtualCell
 from services.agent.failures import FailureSpec, failure_schedule
@@ -26,9 +27,8 @@ def tenancy(*priorities: m.PriorityClassDefined) -> list[m.Event]:
 
 
 def submit(job_id: str, at: int, gpus: int = 8, duration_s: int = 120, **fields) -> m.JobSubmitted:
-    return m.JobSubmitted(envelope=env(at, job_id, "launcher"), job_id=job_id, team="t", workers=max(1, gpus // 8),
-                          gpus_per_worker=min(gpus, 8), gpu_type="H100",
-                          labels={"duration_ms": str(duration_s * 1000)}, **fields)
+    return job_submitted(job_id, "t", max(1, gpus // 8), min(gpus, 8), "H100", cell=CELL, at=at, producer="launcher",
+                         labels={"duration_ms": str(duration_s * 1000)}, **fields)
 
 
 def play(fleet: Fleet, inputs: list[m.Event], until_ms: int, step_ms: int = 500) -> VirtualCell:
