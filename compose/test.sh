@@ -1,6 +1,13 @@
 #!/usr/bin/env bash
 # Runs Gangway's whole test suite; installs what it needs first. Extra arguments go to pytest.
 source "$(dirname "$0")/bootstrap.sh"
+# The browser tests drive Debian's Chromium (Playwright's own browser download does not work here).
+if [ ! -x /usr/bin/chromium ]; then
+    echo "gangway: installing Debian's chromium for the browser tests" >&2
+    SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+    $SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq chromium >/dev/null \
+        || echo "gangway: could not install chromium; the browser tests will fail" >&2
+fi
 set +e
 python -m pytest "$@"
 status=$?

@@ -8,6 +8,7 @@ service re-reads the same events. Records that do not decode come back as `LogRe
 
 from __future__ import annotations
 
+import hashlib
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -19,6 +20,9 @@ from events.broker import quiet_logger
 from events.codec import EventCodec, UndecodableEvent
 from events.models import DeadLetter, Envelope, Event
 from events.topics import TopicNames, cell_partition
+
+#: How much of an undecodable record a dead letter keeps.
+KEPT_BYTES = 64 * 1024
 
 
 @dataclass(frozen=True)
@@ -34,13 +38,18 @@ class LogRecord:
     error: UndecodableEvent | None = None
 
     def dead_letter(self, producer: str, at: int) -> DeadLetter:
-        """The dead-letter event that keeps these bytes and why they could not be read."""
+        """The dead-letter event that keeps these bytes and why they could not be read. Key and value are cut
+        to their first KEPT_BYTES (with the whole value's size and SHA-256), so a letter always fits the topic
+        whatever arrived."""
         assert self.error is not None
+        value = self.value or b""
         return DeadLetter(
             envelope=Envelope(event_id=f"{producer}-deadletter-{self.partition}-{self.offset}", cell="-", at=at,
                               producer=producer),
             source_topic=self.topic, source_partition=self.partition, source_offset=self.offset,
-            key=self.key, value=self.value, error=str(self.error),
+            key=None if self.key is None else self.key[:KEPT_BYTES],
+            value=None if self.value is None else value[:KEPT_BYTES], error=str(self.error)[:4096],
+            value_size=len(value), value_sha256=hashlib.sha256(value).hexdigest(),
         )
 
 

@@ -69,6 +69,15 @@ class Reason(StrEnum):
     HEALTH_CHECK_PASSED = "HEALTH_CHECK_PASSED"
     SPARE_REPLACES_FAILED_NODE = "SPARE_REPLACES_FAILED_NODE"
     OPERATOR = "OPERATOR"
+    # records a cell refuses to fold (RecordRefused), or answers no decision for
+    WRONG_CELL = "WRONG_CELL"
+    OVERSIZED = "OVERSIZED"
+    TIME_OUT_OF_RANGE = "TIME_OUT_OF_RANGE"
+    CONTRADICTS_STATE = "CONTRADICTS_STATE"
+    NODE_IN_USE = "NODE_IN_USE"
+    FOLD_FAILED = "FOLD_FAILED"
+    DECISION_FAILED = "DECISION_FAILED"
+    DECISION_UNENCODABLE = "DECISION_UNENCODABLE"
 
 
 class XidAction(StrEnum):
@@ -125,9 +134,18 @@ class Decision(Event):
 
 
 class CellConfigured(Event):
-    """Declares a cell's topology levels, outermost first (the node level is implicit)."""
+    """Declares a cell's topology levels, outermost first (the node level is implicit), and the bounds of what
+    the cell accepts: larger or stranger records are refused (RecordRefused), never folded."""
 
     topology_levels: list[str] = Field(description="e.g. ['block', 'rack']: node labels name the domain at each level")
+    max_gpus_per_node: int = Field(default=64, description="a node registering more GPUs is refused")
+    max_workers: int = Field(default=4096, description="a gang of more workers is rejected")
+    max_name_length: int = Field(default=253, description="longest id or name (job, team, node, GPU type, ...)")
+    max_tick_jump_ms: int | None = Field(
+        default=3_600_000, description="a Tick this far past the cell's clock is refused; null: any (virtual-time runs)")
+    max_event_lead_ms: int | None = Field(
+        default=3_600_000, description="event stamps count at most this far past the clock (the latest Tick); a "
+                                       "submission stamped this far before it is refused; null: unbounded")
 
 
 class CohortDefined(Event):
@@ -439,11 +457,25 @@ class JobFailed(Decision):
     detail: str = ""
 
 
+# --- refusals -----------------------------------------------------------------------------
+
+
+class RecordRefused(Decision):
+    """A record the cell did not fold (or could not answer): too large, stamped out of range, naming another
+    cell, contradicting the state, or one a decider failed on. The log records it, so replay refuses it too."""
+
+    refused_offset: int
+    refused_type: str
+    refused_event_id: str
+    detail: str = ""
+
+
 # --- dead letters --------------------------------------------------------------------------
 
 
 class DeadLetter(Event):
-    """Bytes a service could not decode, kept with the reason (dead-letter topic)."""
+    """Bytes a service could not decode, kept with the reason (dead-letter topic); a large value is cut to its
+    first bytes, with the whole value's size and SHA-256."""
 
     source_topic: str
     source_partition: int
@@ -451,6 +483,8 @@ class DeadLetter(Event):
     key: bytes | None = None
     value: bytes | None = None
     error: str
+    value_size: int | None = None
+    value_sha256: str | None = None
 
 
 #: Every event type on the log, in catalogue order; one Avro record (schemas/<Name>.avsc) each.
@@ -489,6 +523,7 @@ EVENT_TYPES: tuple[type[Event], ...] = (
     JobRequeued,
     JobSucceeded,
     JobFailed,
+    RecordRefused,
     DeadLetter,
 )
 

@@ -69,7 +69,7 @@ class LogReader:
         ends = self.end_offsets()
         if to is not None:
             ends = {cell: min(end, to + 1) for cell, end in ends.items()}
-        done = {cell for cell, end in ends.items() if self._position(cell) >= end}
+        done = {cell for cell, end in ends.items() if self.position(cell) >= end}
         while len(done) < len(self.cells):
             for record in self.poll(0.5):
                 cell = self.cell_of(record)
@@ -80,9 +80,10 @@ class LogReader:
                 if record.offset + 1 >= ends[cell]:
                     done.add(cell)
             # Control records (transaction markers) take offsets no record shows: the position tells.
-            done |= {cell for cell, end in ends.items() if self._position(cell) >= end}
+            done |= {cell for cell, end in ends.items() if self.position(cell) >= end}
 
-    def _position(self, cell: str) -> int:
+    def position(self, cell: str) -> int:
+        """The offset the next read of the cell starts at (past transaction markers, unlike the last record's)."""
         partition = cell_partition(self.all_cells, cell)
         position = self._consumer.raw.position([TopicPartition(self.topic, partition)])[0].offset
         return max(position, self.starts[cell])  # before the first fetch the position is not known yet

@@ -8,15 +8,20 @@ from dataclasses import dataclass, field
 from projections.cluster import Cluster
 from projections.jobs import Job, JobState
 from projections.tenancy import Tenancy
+from projections.validate import Limits
 
 
 @dataclass
 class CellState:
-    """Everything a decider may look at. `offset` is the log position of the last folded event."""
+    """Everything a decider may look at. `offset` is the log position of the last folded event. `clock` is the
+    time of the latest Tick the cell accepted; `now`, the time decisions are made at, follows the stamps of
+    folded events but never runs further than the cell allows past the clock, and never backwards."""
 
     cell: str = ""
     offset: int = -1
     now: int = 0
+    clock: int | None = None
+    limits: Limits = field(default_factory=Limits)
     cluster: Cluster = field(default_factory=Cluster)
     tenancy: Tenancy = field(default_factory=Tenancy)
     jobs: dict[str, Job] = field(default_factory=dict)

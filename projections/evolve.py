@@ -18,22 +18,45 @@ from projections.cell import CellState
 from projections.cluster import Node, domain_ids
 from projections.jobs import Checkpoint, Job, JobState
 from projections.tenancy import DEFAULT_PRIORITY, PriorityClass, Quota, Team
+from projections.validate import Limits, Refusal, refusal, request_problem
 
 SUPERSEDED = "SUPERSEDED"
 
 
-def evolve(state: CellState, event: m.Event, offset: int) -> CellState:
+def evolve(state: CellState, event: m.Event, offset: int) -> Refusal | None:
+    """Folds `event` at `offset`, or refuses it (projections/validate.py) and folds nothing but the offset.
+    Returns the refusal, if any. An offset already folded is a re-delivery: nothing happens."""
     if offset <= state.offset:
-        return state  # re-delivered: already folded
+        return None
     state.offset = offset
-    state.now = max(state.now, event.envelope.at)
     if not state.cell:
         state.cell = event.envelope.cell
+    refused = refusal(state, event)
+    if refused is not None:
+        return refused
+    _advance_time(state, event)
     handler = _HANDLERS.get(type(event))
     if handler is not None:
         handler(state, event, offset)
         _mark_dirty(state, event)
-    return state
+    return None
+
+
+def _advance_time(state: CellState, event: m.Event) -> None:
+    """A Tick sets the cell's clock; any event moves `now` to its stamp, but not past the clock plus the lead
+    the cell allows, nor backwards."""
+    at = event.envelope.at
+    if isinstance(event, m.Tick):
+        state.clock = at if state.clock is None else max(state.clock, at)
+    lead = state.limits.max_event_lead_ms
+    if state.clock is not None and lead is not None:
+        at = min(at, state.clock + lead)
+    state.now = max(state.now, at)
+
+
+def _at(state: CellState, event: m.Event) -> int:
+    """The event's stamp as the cell takes it: never later than the cell's `now`."""
+    return min(event.envelope.at, state.now)
 
 
 def fold_assumed(state: CellState, event: m.Event) -> CellState:
@@ -112,6 +135,7 @@ def _end(state: CellState, job: Job, final: JobState, at: int) -> None:
 
 
 def _cell_configured(state: CellState, e: m.CellConfigured, offset: int) -> None:
+    state.limits = Limits.of(e)
     state.cluster.levels = tuple(e.topology_levels)
     for node in state.cluster.nodes.values():
         node.domains = domain_ids(node.labels, state.cluster.levels)
@@ -145,17 +169,22 @@ def _priority_class_defined(state: CellState, e: m.PriorityClassDefined, offset:
 
 
 def _node_registered(state: CellState, e: m.NodeRegistered, offset: int) -> None:
-    if e.gpus <= 0:
-        return
+    """A node (re-)registers. What the cell knows of it outlives a re-registration: the work placed on it and
+    its reservation (its size and type cannot change under them: projections/validate.py), an operator's
+    cordon, recovery's failure and cordon, retired GPUs and an activated spare's role."""
     old = state.cluster.nodes.get(e.node)
-    holder = {i: j for i, j in old.holder.items() if i < e.gpus} if old else {}
-    state.cluster.add(Node(e.node, e.gpu_type, e.gpus, domain_ids(e.labels, state.cluster.levels),
-                           labels=dict(e.labels), spare=e.spare, holder=holder, reserved_for=old.reserved_for if old else None,
-                           cordoned=old.cordoned if old else False))  # an operator's cordon outlives a re-registration
+    node = Node(e.node, e.gpu_type, e.gpus, domain_ids(e.labels, state.cluster.levels), labels=dict(e.labels),
+                spare=e.spare)
+    if old is not None:
+        node.holder = {i: j for i, j in old.holder.items() if i < e.gpus}
+        node.retired = frozenset(i for i in old.retired if i < e.gpus)
+        node.reserved_for, node.cordoned = old.reserved_for, old.cordoned
+        node.failed, node.fault_cordoned, node.activated = old.failed, old.fault_cordoned, old.activated
+    state.cluster.add(node)
 
 
 def _node_heartbeat(state: CellState, e: m.NodeHeartbeat, offset: int) -> None:
-    state.last_heartbeat[e.node] = e.envelope.at
+    state.last_heartbeat[e.node] = max(_at(state, e), state.last_heartbeat.get(e.node, 0))
 
 
 def _node_flag(flag: str, value: bool) -> Callable[[CellState, m.Event, int], None]:
@@ -168,13 +197,15 @@ def _node_flag(flag: str, value: bool) -> Callable[[CellState, m.Event, int], No
 
 
 def _node_recovered(state: CellState, e: m.NodeRecovered, offset: int) -> None:
-    """Clears recovery's flags only: an operator's cordon stays until NodeUncordoned."""
+    """The node passed its health checks, every GPU of it: clears recovery's flags and retired GPUs. An
+    operator's cordon stays until NodeUncordoned."""
     node = state.cluster.nodes.get(e.node)
     if node is not None:
         node.failed = False
         node.fault_cordoned = False
+        node.retired = frozenset()
         state.cluster.recount(node)
-        state.last_heartbeat[e.node] = e.envelope.at
+        state.last_heartbeat[e.node] = _at(state, e)
 
 
 def _gpu_faulted(state: CellState, e: m.GpuFaulted, offset: int) -> None:
@@ -195,15 +226,20 @@ def _job_submitted(state: CellState, e: m.JobSubmitted, offset: int) -> None:
     if e.job_id in state.jobs:
         return  # a duplicate id: the admitter rejects it, the original job is untouched
     pclass = state.tenancy.priority_classes.get(e.priority_class or "", DEFAULT_PRIORITY)
+    problem = request_problem(e, state.limits)
     job = Job(
         job_id=e.job_id, team=e.team, workers=e.workers, gpus_per_worker=e.gpus_per_worker, gpu_type=e.gpu_type,
-        priority=pclass.value, preemptible=pclass.preemptible, submitted_at=e.envelope.at, submit_offset=offset,
+        priority=pclass.value, preemptible=pclass.preemptible, submitted_at=_at(state, e), submit_offset=offset,
         min_workers=e.min_workers, topology_required=e.topology_required, topology_preferred=e.topology_preferred,
         time_limit_ms=e.time_limit_ms, max_restarts=e.max_restarts, reason=m.Reason.SUBMITTED, reason_offset=offset,
     )
     state.jobs[e.job_id] = job
-    state.set_state(job, JobState.QUEUED)
     _note(job, e, offset, m.Reason.SUBMITTED.value)
+    if problem is not None:  # never queued: no decider sees a gang it cannot reason about
+        job.reason = problem[0]
+        _end(state, job, JobState.REJECTED, _at(state, e))
+        return
+    state.set_state(job, JobState.QUEUED)
 
 
 def _job_queued(state: CellState, e: m.JobQueued, offset: int) -> None:
@@ -215,7 +251,7 @@ def _job_queued(state: CellState, e: m.JobQueued, offset: int) -> None:
     _drop_reservation(state, job)
     if e.reserved_nodes:
         job.reserved_nodes = tuple(e.reserved_nodes)
-        job.reserved_since = e.envelope.at
+        job.reserved_since = _at(state, e)
         state.reservations[job.job_id] = job.reserved_nodes
         for name in e.reserved_nodes:
             if name in state.cluster.nodes:
@@ -240,7 +276,7 @@ def _job_admitted(state: CellState, e: m.JobAdmitted, offset: int) -> None:
     key = (job.team, job.gpu_type)
     state.tenancy.usage[key] = state.tenancy.usage.get(key, 0) + e.gpus
     job.admitted_workers = count
-    job.admitted_at = e.envelope.at
+    job.admitted_at = _at(state, e)
     job.borrowed = e.borrowed
     state.set_state(job, JobState.ADMITTED)
     if _assignable(state, job, e.assignments):
@@ -292,11 +328,17 @@ def _unhold(state: CellState, job: Job) -> None:
 
 def _job_rejected(state: CellState, e: m.JobRejected, offset: int) -> None:
     job = state.jobs.get(e.job_id)
-    if job is None or e.envelope.reason is m.Reason.DUPLICATE_JOB or job.state is not JobState.QUEUED:
+    if job is None or e.envelope.reason is m.Reason.DUPLICATE_JOB:
+        return
+    if job.state is JobState.REJECTED and job.submit_offset == e.envelope.basis_offset:
+        _decided_about(state, e, offset)  # rejected as it was folded; the admitter says why
+        _note(job, e, offset)
+        return
+    if job.state is not JobState.QUEUED:
         return
     _decided_about(state, e, offset)
     _note(job, e, offset)
-    _end(state, job, JobState.REJECTED, e.envelope.at)
+    _end(state, job, JobState.REJECTED, _at(state, e))
 
 
 def _job_placed(state: CellState, e: m.JobPlaced, offset: int) -> None:
@@ -331,7 +373,7 @@ def _worker_started(state: CellState, e: m.WorkerStarted, offset: int) -> None:
         return
     job.started_workers = job.started_workers | {e.worker}
     if job.state is JobState.PLACED and len(job.started_workers) >= len(job.assignments):
-        job.running_since = e.envelope.at
+        job.running_since = _at(state, e)
         state.set_state(job, JobState.RUNNING)
         _note(job, e, offset, "RUNNING")
 
@@ -346,7 +388,7 @@ def _checkpoint_completed(state: CellState, e: m.CheckpointCompleted, offset: in
     job = state.jobs.get(e.job_id)
     if job is not None and job.attempt == e.attempt and not job.ended:
         if job.checkpoint is None or e.progress_ms >= job.checkpoint.progress_ms:
-            job.checkpoint = Checkpoint(e.checkpoint_id, e.progress_ms, e.envelope.at)
+            job.checkpoint = Checkpoint(e.checkpoint_id, e.progress_ms, _at(state, e))
 
 
 def _preemption_requested(state: CellState, e: m.PreemptionRequested, offset: int) -> None:
@@ -372,7 +414,7 @@ def _job_preempted(state: CellState, e: m.JobPreempted, offset: int) -> None:
     _note(job, e, offset)
     _release(state, job)
     job.attempt += 1
-    job.not_before = e.envelope.at
+    job.not_before = _at(state, e)
     state.set_state(job, JobState.QUEUED)
 
 
@@ -405,7 +447,7 @@ def _job_ended(final: JobState) -> Callable[[CellState, m.Event, int], None]:
             return
         _decided_about(state, e, offset)
         _note(job, e, offset)
-        _end(state, job, final, e.envelope.at)
+        _end(state, job, final, _at(state, e))
     return handler
 
 

@@ -29,7 +29,7 @@ class Overlay:
 
     state: CellState
     jobs: list[tuple[str, Job, int]] = field(default_factory=list)  # (id, copy, history length)
-    nodes: list[Node] = field(default_factory=list)
+    nodes: list[tuple[Node, tuple]] = field(default_factory=list)  # (the node, its mutable fields as they were)
     usage: list[tuple[tuple[str, str], object]] = field(default_factory=list)
     reservations: list[tuple[str, object]] = field(default_factory=list)
     heartbeats: list[tuple[str, object]] = field(default_factory=list)
@@ -43,8 +43,10 @@ class Overlay:
             _put(state.reservations, job_id, before)
         for key, value in reversed(self.usage):
             _put(state.tenancy.usage, key, value)
-        for node in reversed(self.nodes):
-            state.cluster.add(node)
+        for node, fields in reversed(self.nodes):
+            (node.holder, node.retired, node.reserved_for, node.cordoned, node.fault_cordoned, node.failed,
+             node.activated) = fields
+            state.cluster.recount(node)
         for job_id, job, history in reversed(self.jobs):
             del job.history[history:]
             state.jobs[job_id] = job
@@ -82,13 +84,8 @@ def _keep(overlay: Overlay, event: m.Event) -> None:
     for name in sorted(nodes):
         node = state.cluster.nodes.get(name)
         if node is not None:
-            overlay.nodes.append(_copy_node(node))
-
-
-def _copy_node(node: Node) -> Node:
-    twin = copy.copy(node)
-    twin.holder = dict(node.holder)
-    return twin
+            overlay.nodes.append((node, (dict(node.holder), node.retired, node.reserved_for, node.cordoned,
+                                         node.fault_cordoned, node.failed, node.activated)))
 
 
 def _put(mapping: dict, key: object, value: object) -> None:

@@ -6,6 +6,7 @@ cell itself, so a projection store can write just the rows an event batch change
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
@@ -15,6 +16,7 @@ from projections.cell import CellState
 from projections.cluster import Node
 from projections.jobs import Checkpoint, Job, JobState
 from projections.tenancy import PriorityClass, Quota, Team
+from projections.validate import Limits
 
 CELL_KEY = "cell"
 TENANCY_KEY = "tenancy"
@@ -48,7 +50,8 @@ def rows(state: CellState, keys: Iterable[str]) -> Iterator[tuple[str, bytes | N
 def _row(state: CellState, key: str) -> Any:
     kind, _, name = key.partition("/")
     if key == CELL_KEY:
-        return {"cell": state.cell, "offset": state.offset, "now": state.now, "levels": list(state.cluster.levels),
+        return {"cell": state.cell, "offset": state.offset, "now": state.now, "clock": state.clock,
+                "limits": dataclasses.asdict(state.limits), "levels": list(state.cluster.levels),
                 "reservations": {j: list(n) for j, n in sorted(state.reservations.items())}}
     if key == TENANCY_KEY:
         t = state.tenancy
@@ -108,7 +111,8 @@ def restore(stored: Mapping[str, bytes]) -> CellState:
     """A cell state from its rows, with every index rebuilt."""
     state = CellState()
     cell = json.loads(stored[CELL_KEY])
-    state.cell, state.offset, state.now = cell["cell"], cell["offset"], cell["now"]
+    state.cell, state.offset, state.now, state.clock = cell["cell"], cell["offset"], cell["now"], cell["clock"]
+    state.limits = Limits(**cell["limits"])
     state.cluster.levels = tuple(cell["levels"])
     state.reservations = {j: tuple(n) for j, n in cell["reservations"].items()}
     tenancy = json.loads(stored[TENANCY_KEY])

@@ -10,6 +10,7 @@ from typing import Any
 from events import broker_cli, load_cli, schemas_cli, topics_cli
 from projections import watch
 from replay import demo, rebuild, verify
+from replay.api import cli as api_cli
 from replay.scenario import cli as scenario_cli
 from replay.sim import cli as sim_cli
 from services import run_cli
@@ -30,6 +31,7 @@ SUBCOMMANDS: tuple[tuple[str, str, Any], ...] = (
     ("load", "submit jobs from ITP / Philly traces at their (compressed) submission times", load_cli),
     ("verify", "re-run each service over a cell's log and check it reproduces every decision it wrote", verify),
     ("scenario", "run scenario files in virtual time and check their expectations", scenario_cli),
+    ("api", "the read-model query API (HTTP JSON, OpenAPI) and the live dashboard, with its projector", api_cli),
     ("sim", "replay job traces in virtual time under a policy (or compare policies) and measure", sim_cli),
     *launcher_cli.COMMANDS,
     ("agent", "run a node agent: register a node, heartbeat, run its placed workers as real processes", agent_cli),

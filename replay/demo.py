@@ -8,14 +8,17 @@ minutes in all. Part way through, a team that lent its quota submits a gang
 within its nominal (the preemptor reclaims the lent GPUs, asking the borrowers to checkpoint
 first), and one busy node goes silent (recovery fails it and restarts its jobs from their last
 checkpoint). The terminal shows the cell as it folds from the log; the run ends with a summary.
-Ctrl-C stops everything cleanly.
+The read-model projector and the query API run too (`gangway api`): the dashboard's URL, with an
+operator token in it, is printed at the start. Ctrl-C stops everything cleanly.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import secrets
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -56,6 +59,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--state-dir", type=Path, default=Path("~/.gangway/demo"))
     parser.add_argument("--bootstrap-servers", default=os.environ.get("KAFKA_BOOTSTRAP_SERVERS"),
                         help="an existing broker (default: start the local one)")
+    parser.add_argument("--api-port", type=int, default=8080,
+                        help="port of the dashboard and query API on 127.0.0.1 (default 8080; a free one if taken)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -77,6 +82,7 @@ def run(args: argparse.Namespace) -> int:
     topics = topic_names(prefix)
     demo = Demo(args, bootstrap, topics, env, state_dir, VirtualClock.anchored(args.speedup, epoch))
     print(f"gangway demo: broker {bootstrap}, topics {prefix}*, logs in {state_dir}", flush=True)
+    print(f"gangway demo: dashboard {demo.dashboard_url}", flush=True)
     try:
         demo.play()
     finally:
@@ -102,6 +108,9 @@ class Demo:
         self.stopping = False
         self.reclaim: str | None = None
         self.live: Live | None = None
+        self.api_port = _free_port(args.api_port)
+        self.operator_token = secrets.token_urlsafe(16)
+        self.dashboard_url = f"http://127.0.0.1:{self.api_port}/#token={self.operator_token}"
 
     def start(self, name: str, *argv: str) -> None:
         log = open(self.state_dir / f"{name}.log", "wb")  # noqa: SIM115 - the child owns it
@@ -112,6 +121,11 @@ class Demo:
         a = self.args
         previous = {sig: signal.signal(sig, self._stop) for sig in (signal.SIGINT, signal.SIGTERM)}
         speed = ["--speedup", str(a.speedup)]
+        tokens = self.state_dir / "api-tokens.yaml"
+        tokens.write_text(f"operator: {self.operator_token}\nteams:\n"
+                          + "".join(f"  {Path(t).stem}: {secrets.token_urlsafe(16)}\n" for t in TRACES))
+        self.start("api", "api", "--port", str(self.api_port), "--tokens", str(tokens), "--db",
+                   str(self.state_dir / "readmodel"), "--cells", CELL, "--bootstrap-servers", self.bootstrap)
         self.start("services", "run", "all", *speed, "--tick-interval", "0.5", "--state-dir",
                    str(self.state_dir / "state"), "-v")
         self.start("fleet", "fleet", "--nodes", str(a.nodes), "--nodes-per-rack", "4", "--racks-per-block", "4",
@@ -173,7 +187,7 @@ class Demo:
 
     def _show(self, elapsed: float) -> None:
         header = Text(f"Gangway demo  {elapsed:5.0f}/{self.args.duration:.0f} s  (event time x{self.args.speedup:g})"
-                      f"   Ctrl-C stops", style="bold")
+                      f"   Ctrl-C stops\ndashboard {self.dashboard_url}", style="bold")
         if self.live is not None:
             self.live.update(Group(header, self.view.renderable()), refresh=True)
         elif int(elapsed) % 10 == 0:
@@ -212,6 +226,17 @@ class Demo:
             + (f"; reclaim gang {self.reclaim} {'placed' if reclaimed else 'still waiting'}" if self.reclaim else ""),
             f"  node failures {decided['NodeFailed']}, jobs interrupted {decided['JobInterrupted']}, "
             f"requeued {decided['JobRequeued']}, failed {decided['JobFailed']}",
-            f"  processes' logs: {self.state_dir}",
+            f"  processes' logs: {self.state_dir} (team tokens for the dashboard: api-tokens.yaml)",
         ]
         return "\n".join(lines)
+
+
+def _free_port(preferred: int) -> int:
+    """`preferred` when nothing listens on it on 127.0.0.1, else a free port."""
+    with socket.socket() as sock:
+        try:
+            sock.bind(("127.0.0.1", preferred))
+            return preferred
+        except OSError:
+            sock.bind(("127.0.0.1", 0))
+            return sock.getsockname()[1]

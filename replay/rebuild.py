@@ -15,10 +15,6 @@ from projections.evolve import evolve
 from projections.snapshot import dump
 from projections.store import ProjectionStore
 
-#: What a service's own projection may record differently from a plain rebuild: when it read its own
-#: decisions back (history offsets), not what they decided.
-TIMING_FIELDS = ("history", "reason_offset")
-
 
 def rebuild(bootstrap: str, cell: str, store: ProjectionStore, to_offset: int | None = None) -> CellState:
     """Folds the cell's committed log from offset 0 (to `to_offset` inclusive) and saves it."""
@@ -35,23 +31,11 @@ def rebuild(bootstrap: str, cell: str, store: ProjectionStore, to_offset: int | 
     return state
 
 
-def differences(a: CellState, b: CellState, ignore_timing: bool = False) -> list[str]:
-    """Rows that differ between two projections, by key."""
+def differences(a: CellState, b: CellState) -> list[str]:
+    """Rows that differ between two projections, by key. A service's store is its log folded in order (its
+    side input, recovery's heartbeats, is kept beside the state), so it equals a rebuild to the same offset."""
     left, right = dump(a), dump(b)
-    if ignore_timing:
-        left, right = _without_timing(left), _without_timing(right)
     return sorted(k for k in set(left) | set(right) if left.get(k) != right.get(k))
-
-
-def _without_timing(rows: dict) -> dict:
-    out = {}
-    for key, row in rows.items():
-        if key.startswith("job/"):
-            row = {k: v for k, v in row.items() if k not in TIMING_FIELDS}
-        elif key == "cell":
-            row = {k: v for k, v in row.items() if k != "offset"}
-        out[key] = row
-    return out
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -64,8 +48,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     compare = sub.add_parser("compare", help="compare two projections row by row; exit 1 when they differ")
     compare.add_argument("left", type=Path)
     compare.add_argument("right", type=Path)
-    compare.add_argument("--ignore-timing", action="store_true",
-                         help="ignore when a service read its own decisions back (compare a service's store)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -88,7 +70,7 @@ def run(args: argparse.Namespace) -> int:
             print(f"gangway: no projection in {path}", file=sys.stderr)
             return 2
         states.append(state)
-    diff = differences(*states, ignore_timing=args.ignore_timing)
+    diff = differences(*states)
     for key in diff:
         print(f"differs: {key}")
     print(f"{'identical' if not diff else f'{len(diff)} rows differ'} "

@@ -13,10 +13,9 @@ from dataclasses import dataclass, field
 
 from events import models as m
 from projections.cell import CellState
-from projections.evolve import evolve
 from services.admitter.decide import Admitter
 from services.core.decider import Decider
-from services.core.replica import Replica, replicas
+from services.core.replica import Replica, fold, replicas
 from services.placer.decide import Placer
 from services.policy import DEFAULT_POLICY, Policy
 from services.preemptor.decide import Preemptor
@@ -51,6 +50,7 @@ class VirtualCell:
     replicas: list[Replica] = field(init=False)
 
     def __post_init__(self) -> None:
+        self.state.cell = self.state.cell or self.cell  # a record naming another cell is refused from the start
         self.replicas = replicas(self.deciders, self.policy, self.state)
 
     @property
@@ -63,9 +63,10 @@ class VirtualCell:
         return m.Envelope(event_id=f"{producer}-{self._seq}", cell=self.cell, at=at, producer=producer,
                           correlation_id=correlation_id)
 
-    def schedule(self, event: m.Event) -> None:
+    def schedule(self, event: m.Event, at: int | None = None) -> None:
+        """Plays `event` at `at` (default: its own stamp, which a hostile record may put anywhere)."""
         self._seq += 1
-        heapq.heappush(self._pending, (event.envelope.at, self._seq, event))
+        heapq.heappush(self._pending, (event.envelope.at if at is None else at, self._seq, event))
 
     def schedule_all(self, events: Iterable[m.Event]) -> None:
         for event in events:
@@ -84,9 +85,9 @@ class VirtualCell:
         self.log.append(event)
         while cursor < len(self.log):
             current = self.log[cursor]
-            evolve(self.state, current, cursor)
+            refused = fold(self.state, current, cursor)
             for replica in self.replicas:
-                self.log.extend(replica.answer(cursor, current))
+                self.log.extend(replica.answer(cursor, current, refused))
             for observer in self.observers:
                 observer(self, current, cursor)
             cursor += 1

@@ -193,7 +193,9 @@ class ServiceShell:
             fresh = record.offset >= runtime.replay_until
             if record.event is None:
                 replica.state.offset = record.offset
-                if fresh:
+                if fresh and self.decider.answers_refusals:  # one letter per record, from the gate
+                    log.error("%s: %s offset %d does not decode: %s", self.decider.name, record.topic,
+                              record.offset, record.error)
                     letters.append(record.dead_letter(self.decider.name, replica.state.now))
                 continue
             decisions = replica.consume(record.offset, record.event)

@@ -95,8 +95,16 @@ def _health(item: Input, scenario: Scenario, cell: VirtualCell, agents: Simulate
             cell.schedule(m.NodeHeartbeat(envelope=cell.envelope(item.at, f"agent/{node}"), node=node, seq=item.at))
 
 
+def _record(item: Input, scenario: Scenario, cell: VirtualCell, agents: SimulatedAgents) -> None:
+    raw = item.record
+    envelope = cell.envelope(item.at, "scenario").model_copy(update={
+        "cell": raw.cell if raw.cell is not None else cell.cell,
+        "at": raw.stamped if raw.stamped is not None else item.at})
+    cell.schedule(m.EVENT_TYPES_BY_NAME[raw.type](envelope=envelope, **raw.fields), at=item.at)
+
+
 _HANDLERS = {
     "submit": _submit, "cancel": _cancel, "checkpoint_completed": _checkpoint, "worker_exited": _worker_exited,
     "node_failed": _node_failed, "gpu_error": _gpu_error, "heartbeat_silence": _silence, "quota_change": _quota,
-    "cordon": _cordon, "uncordon": _uncordon, "health_check_passed": _health,
+    "cordon": _cordon, "uncordon": _uncordon, "health_check_passed": _health, "record": _record,
 }

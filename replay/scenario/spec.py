@@ -163,7 +163,29 @@ class QuotaChange(Spec):
 
 
 ACTIONS = ("submit", "cancel", "checkpoint_completed", "worker_exited", "node_failed", "gpu_error",
-           "heartbeat_silence", "quota_change", "cordon", "uncordon", "health_check_passed")
+           "heartbeat_silence", "quota_change", "cordon", "uncordon", "health_check_passed", "record")
+
+
+class RawRecord(BaseModel):
+    """Any input record as a launcher or agent could write it, however wrong: `type` names the event, `cell` and
+    `stamped` override its envelope (default: the scenario's cell, the input's time), the rest are its fields."""
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+
+    type: str
+    cell: str | None = None
+    stamped: int | None = None
+
+    @model_validator(mode="after")
+    def _an_input_type(self) -> RawRecord:
+        kind = EVENT_TYPES_BY_NAME.get(self.type)
+        if kind is None or kind.is_decision:
+            raise ValueError(f"{self.type!r} is not an input event type")
+        return self
+
+    @property
+    def fields(self) -> dict[str, Any]:
+        return dict(self.model_extra or {})
 
 
 def _job_shorthand(value: Any) -> Any:
@@ -183,6 +205,7 @@ class Input(Spec):
     cordon: str | None = None
     uncordon: str | None = None
     health_check_passed: str | None = None
+    record: RawRecord | None = None
 
     @model_validator(mode="after")
     def _one_action(self) -> Input:

@@ -107,7 +107,9 @@ def _configure(cell: VirtualCell, workload: Workload, config: SimConfig, start: 
     at = max(0, start - 1000)
     op = lambda: cell.envelope(at, "operator")  # noqa: E731
     cell.now = at
-    cell.append(m.CellConfigured(envelope=op(), topology_levels=["block", "rack"]))
+    # The simulator's clock is its own and skips ahead while nothing waits: no bound on how far a tick jumps.
+    cell.append(m.CellConfigured(envelope=op(), topology_levels=["block", "rack"], max_tick_jump_ms=None,
+                                 max_event_lead_ms=None))
     for n in workload.nodes:
         cell.append(m.NodeRegistered(envelope=op(), node=n.name, gpu_type=n.gpu_type, gpus=n.gpus,
                                      labels={"block": n.block, "rack": n.rack}))

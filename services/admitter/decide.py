@@ -20,6 +20,7 @@ from projections.cell import CellState
 from projections.cluster import CELL
 from projections.jobs import Job, JobState
 from projections.tenancy import DEFAULT_PRIORITY
+from projections.validate import request_problem
 from services.core.decider import Context
 from services.core.placement import (
     CapacityView,
@@ -38,7 +39,7 @@ from services.core.quota import quota_fit
 CYCLE_TRIGGERS = (
     m.JobSubmitted, m.JobRequeued, m.JobPreempted, m.JobSucceeded, m.JobFailed, m.JobCancelled,
     m.JobInterrupted, m.PlacementPending, m.NodeRegistered, m.NodeRecovered, m.NodeUncordoned,
-    m.SpareActivated, m.QuotaSet, m.TeamDefined, m.CohortDefined, m.Tick,
+    m.SpareActivated, m.QuotaSet, m.TeamDefined, m.CohortDefined, m.CellConfigured, m.Tick,
 )
 
 #: Quota limits of the cohort's shared pool (not of the team itself): a full pool is a full cell.
@@ -52,6 +53,7 @@ class Admitter:
     name = "admitter"
     triggers = frozenset({m.JobCancelRequested, *CYCLE_TRIGGERS})
     side_input: frozenset[type] = frozenset()
+    answers_refusals = True  # the gate: every record the cell refuses to fold is answered by the admitter
 
     def decide(self, state: CellState, event: m.Event, ctx: Context) -> list[m.Decision]:
         decisions: list[m.Decision] = []
@@ -67,6 +69,8 @@ class Admitter:
             return [cancel(state, event, ctx)]
         elif isinstance(event, m.QuotaSet) and (rejection := invalid_quota(state, event, ctx)) is not None:
             return [rejection]
+        elif isinstance(event, m.CellConfigured):
+            decisions.extend(unplaceable_after_reconfiguration(state, ctx))
         if isinstance(event, (m.JobSubmitted, m.JobRequeued)) and ctx.policy.admission.backfill:
             # Nothing came free since the last cycle: only the newcomer can be admitted now.
             job = state.jobs.get(event.job_id)
@@ -75,6 +79,16 @@ class Admitter:
         elif isinstance(event, CYCLE_TRIGGERS):
             decisions.extend(admission_cycle(state, ctx, refresh=isinstance(event, m.Tick)))
         return decisions
+
+
+def unplaceable_after_reconfiguration(state: CellState, ctx: Context) -> list[m.Decision]:
+    """Waiting gangs that require a topology level the cell no longer declares can never be placed: rejected,
+    which also releases any reservation they held."""
+    known = ", ".join([*state.cluster.levels, "node"])
+    return [m.JobRejected(envelope=ctx.envelope(Reason.UNKNOWN_TOPOLOGY_LEVEL, job.job_id), job_id=job.job_id,
+                          detail=f"topology level {job.topology_required!r} is no longer one of: {known}")
+            for job in state.jobs_in(JobState.QUEUED)
+            if job.topology_required is not None and state.cluster.level_index(job.topology_required) is None]
 
 
 _QUOTA_WHY = {
@@ -121,12 +135,9 @@ def _problem(state: CellState, e: m.JobSubmitted, offset: int) -> tuple[Reason, 
     if job is None or job.submit_offset != offset:
         changes = "; ".join(resubmission_changes(state, job, e)) if job is not None else ""
         return Reason.DUPLICATE_JOB, f"job id {e.job_id} is already in use by another spec ({changes})"
-    if e.workers < 1 or e.gpus_per_worker < 1:
-        return Reason.NO_GPUS_REQUESTED, f"asks for {e.workers} workers x {e.gpus_per_worker} GPUs"
-    if e.min_workers is not None and not 1 <= e.min_workers <= e.workers:
-        return Reason.INVALID_REQUEST, f"min_workers {e.min_workers} is not within 1..{e.workers}"
-    if e.time_limit_ms is not None and e.time_limit_ms <= 0:
-        return Reason.INVALID_REQUEST, f"time_limit_ms {e.time_limit_ms} is not positive"
+    malformed = request_problem(e, state.limits)
+    if malformed is not None:
+        return malformed
     if e.team not in state.tenancy.teams:
         return Reason.UNKNOWN_TEAM, f"team {e.team!r} is not defined"
     if e.priority_class is not None and e.priority_class not in state.tenancy.priority_classes:
@@ -181,7 +192,7 @@ def admission_cycle(state: CellState, ctx: Context, only: Job | None = None, ref
     quiet = not refresh and only is None and policy.backfill
     key = order_key(state, policy.fair_share, policy.nominal_first)
     if only is not None:
-        order = WaitingGangs(state, now, key, [[only.job_id]])
+        order = WaitingGangs(state, now, key, [[(None, only.job_id)]])
     else:
         free = {t: _free_gpus(state, t) for t in state.cluster.gpu_types()}
         order = WaitingGangs.of(state, now, key, lambda job: not quiet or job.min_gpus <= free.get(job.gpu_type, 0))

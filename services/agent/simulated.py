@@ -133,12 +133,8 @@ class SimulatedAgents:
 
     def _repair(self, cell, fault: m.GpuFaulted) -> None:
         """Hardware comes back `repair_ms` after a fault that took it out of service (a retired GPU or a
-        cordoned node): the repaired node registers again, as new. (A health check would not do: the node
-        would then have a last heartbeat, and without heartbeats it would soon be declared silent.)"""
+        cordoned node): the repaired node passes its health checks, and recovery returns it whole."""
         if fault.action is m.XidAction.JOB_ONLY or fault.node not in self._nodes:
             return
-        spec = self._nodes[fault.node]
-        cell.schedule(m.NodeRegistered(envelope=cell.envelope(fault.envelope.at + self.timing.repair_ms,
-                                                              f"agent/{fault.node}"),
-                                       node=spec.node, gpu_type=spec.gpu_type, gpus=spec.gpus, labels=spec.labels,
-                                       spare=spec.spare))
+        cell.schedule(m.NodeHealthCheckPassed(envelope=cell.envelope(fault.envelope.at + self.timing.repair_ms,
+                                                                     f"agent/{fault.node}"), node=fault.node))

@@ -20,7 +20,7 @@ if TYPE_CHECKING:  # knobs are values the caller passes in; the core does not de
 
 @dataclass
 class Context:
-    """What a decider knows besides the state: the event's offset, the policy, its own name, and what it
+    """What a decider knows besides the state: the event's offset, the cell's time, the policy, its name, and what it
     sees outside the main log. `heartbeats` is None in a replay, which has no side input: a decision made on
     side input is then taken from `recorded` (this service's decisions recorded at this basis) as a fact."""
 
@@ -30,11 +30,14 @@ class Context:
     policy: Policy
     heartbeats: Mapping[str, int] | None = None
     recorded: Sequence[Decision] = ()
+    at: int | None = None  # the cell's time (CellState.now); the cause's own stamp when not given
+    cell: str | None = None  # the replica's cell, which a refused cause may not name; the cause's when not given
     emitted: int = field(default=0)
 
     @property
     def now(self) -> int:
-        return self.cause.envelope.at
+        """When the decision is made: the cell's monotone time, never an arbitrary event's own stamp."""
+        return self.cause.envelope.at if self.at is None else self.at
 
     def envelope(self, reason: Reason, correlation_id: str | None = None) -> Envelope:
         """A fresh envelope for the next decision made on this event."""
@@ -42,8 +45,8 @@ class Context:
         cause = self.cause.envelope
         return Envelope(
             event_id=f"{self.producer}-{self.basis_offset}-{self.emitted}",
-            cell=cause.cell,
-            at=cause.at,
+            cell=self.cell or cause.cell,
+            at=self.now,
             producer=self.producer,
             causation_id=cause.event_id,
             correlation_id=correlation_id or cause.correlation_id,
@@ -61,10 +64,12 @@ class Context:
 class Decider(Protocol):
     """A service's pure core: the decisions one event triggers in a state that already includes it.
     `triggers` are the event types it answers; on any other event it decides nothing. `side_input` are the
-    event types it reads from outside the main log (heartbeats), which a replay does not have."""
+    event types it reads from outside the main log (heartbeats), which a replay does not have. One decider
+    `answers_refusals`: it writes the RecordRefused for each record the cell refuses to fold."""
 
     name: str
     triggers: frozenset[type]
     side_input: frozenset[type]
+    answers_refusals: bool
 
     def decide(self, state: CellState, event: Event, ctx: Context) -> list[Decision]: ...

@@ -11,7 +11,7 @@ keeps a cycle's cost near the number of groups, not the number of queued gangs.
 from __future__ import annotations
 
 import heapq
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 
 from projections.cell import CellState
 from projections.jobs import Job
@@ -39,7 +39,8 @@ def order_key(state: CellState, fair_share: bool, nominal_first: bool = True) ->
 class WaitingGangs:
     """Iterates waiting gangs in queue order; tell it whether each was `admitted()` or `refused()`."""
 
-    def __init__(self, state: CellState, now: int, key: Callable[[Job], tuple], groups: list[list[str]]) -> None:
+    def __init__(self, state: CellState, now: int, key: Callable[[Job], tuple],
+                 groups: list[Sequence[tuple[object, str]]]) -> None:
         self.state, self.now, self.key = state, now, key
         self.groups = groups
         self.cursor = [0] * len(groups)
@@ -54,25 +55,27 @@ class WaitingGangs:
         """Every waiting gang: groups of equal needs, and each reservation holder on its own (it sees
         nodes the others don't). `keep` drops whole groups by their first member."""
         holders = state.reservations
-        groups = [[job_id] for job_id in sorted(holders) if job_id in state.queued]
-        for members in state.queued_by_needs.values():
-            ids = [job_id for _, job_id in members if job_id not in holders]
-            if ids and keep(state.jobs[ids[0]]):
-                groups.append(ids)
+        groups: list[Sequence[tuple[object, str]]] = [[(None, job_id)] for job_id in sorted(holders)
+                                                      if job_id in state.queued]
+        for members in state.queued_by_needs.values():  # (rank, job id), read in place: a cycle folds nothing
+            if holders and any(job_id in holders for _, job_id in members):
+                members = [member for member in members if member[1] not in holders]
+            if members and keep(state.jobs[members[0][1]]):
+                groups.append(members)
         return cls(state, now, key, groups)
 
     def _push(self, g: int) -> None:
         members, i = self.groups[g], self.cursor[g]
-        while i < len(members) and self.state.jobs[members[i]].not_before > self.now:
+        while i < len(members) and self.state.jobs[members[i][1]].not_before > self.now:
             i += 1  # still backing off
         self.cursor[g] = i
         if i < len(members):
-            heapq.heappush(self.heap, (self.key(self.state.jobs[members[i]]), g))
+            heapq.heappush(self.heap, (self.key(self.state.jobs[members[i][1]]), g))
 
     def __iter__(self) -> Iterator[Job]:
         while self.heap:
             _, self.current = heapq.heappop(self.heap)
-            yield self.state.jobs[self.groups[self.current][self.cursor[self.current]]]
+            yield self.state.jobs[self.groups[self.current][self.cursor[self.current]][1]]
 
     def admitted(self) -> None:
         """The current gang was admitted: the next of its group takes its turn."""
@@ -83,9 +86,9 @@ class WaitingGangs:
         """The current gang was refused: so are the rest of its group, returned to be told why. With
         `alike`, only those it holds for; the others stay in the queue as a group of their own."""
         g = self.current
-        rest = [self.state.jobs[j] for j in self.groups[g][self.cursor[g] + 1:]]
+        rest = [self.state.jobs[j] for _, j in self.groups[g][self.cursor[g] + 1:]]
         if alike is not None:
-            others = [job.job_id for job in rest if not alike(job)]
+            others = [(None, job.job_id) for job in rest if not alike(job)]
             if others:
                 rest = [job for job in rest if alike(job)]
                 self.groups.append(others)

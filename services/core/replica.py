@@ -12,18 +12,23 @@ replica's own decisions based earlier that land later, and the policy: what repl
 from __future__ import annotations
 
 import heapq
+import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from events import models as m
+from events.models import Reason
 from projections.cell import CellState
 from projections.evolve import evolve
 from projections.overlay import lay
+from projections.validate import MAX_DETAIL_LENGTH, Refusal
 from services.core.decider import Context, Decider
 
 if TYPE_CHECKING:
     from services.policy import Policy
+
+log = logging.getLogger("gangway.replica")
 
 #: A replay's source of side-input decisions: this service's decisions recorded with a given basis offset.
 Recorded = Callable[[int], Sequence[m.Decision]]
@@ -54,26 +59,55 @@ class Replica:
         """Folds the event at `offset` and answers it; an offset already folded is a re-delivery: nothing."""
         if offset <= self.state.offset:
             return []
-        evolve(self.state, event, offset)
-        return self.answer(offset, event)
+        return self.answer(offset, event, fold(self.state, event, offset))
 
-    def answer(self, offset: int, event: m.Event) -> list[m.Decision]:
-        """The decisions on an event the state has just folded at `offset` (several replicas of one in-memory
-        cell share a state that folds each event once)."""
-        if event.envelope.producer == self.decider.name:
+    def answer(self, offset: int, event: m.Event, refused: Refusal | None = None) -> list[m.Decision]:
+        """The decisions on an event the state has just folded at `offset`, or refused to (several replicas of
+        one in-memory cell share a state that folds each event once). A refused record is answered by the
+        replica whose decider answers refusals; a decider that fails on a record answers it with its own
+        refusal; decisions that could not be written to the log are replaced by one. All of this is a function
+        of the log, so every replica and every replay does the same."""
+        if event.is_decision and event.envelope.producer == self.decider.name:
             self.assumed.pop(event.envelope.event_id, None)  # read back: folded where it landed
+        if refused is not None:
+            if not self.decider.answers_refusals:
+                return []
+            return self._remember([self._refusal(offset, event, refused)])
         if type(event) not in self.decider.triggers:
             return []
-        self._count_heartbeats()
-        ctx = Context(self.decider.name, event, offset, self.policy,
-                      heartbeats=None if self.recorded is not None else self.heartbeats,
-                      recorded=self.recorded(offset) if self.recorded is not None else ())
+        if self.pending_heartbeats:
+            self._count_heartbeats()
         overlay = lay(self.state, self.assumed.values()) if self.assumed else None
         try:
-            decisions = self.decider.decide(self.state, event, ctx)
+            decisions = self.decider.decide(self.state, event, self._context(offset, event))
+        except Exception as error:  # a decider bug must not stop the cell: answered, logged loudly
+            log.exception("%s failed on %s at offset %d", self.decider.name, event.event_type, offset)
+            decisions = [self._refusal(offset, event, Refusal(Reason.DECISION_FAILED, _what(error)))]
         finally:
             if overlay is not None:
                 overlay.lift()
+        if not decisions:
+            return decisions
+        unwritable = next((why for d in decisions if (why := unencodable(d))), "")
+        if unwritable:
+            log.error("%s decided something the log cannot hold on %s at offset %d: %s", self.decider.name,
+                      event.event_type, offset, unwritable)
+            decisions = [self._refusal(offset, event, Refusal(Reason.DECISION_UNENCODABLE, unwritable))]
+        return self._remember(decisions)
+
+    def _context(self, offset: int, event: m.Event) -> Context:
+        replay = self.recorded is not None
+        return Context(self.decider.name, event, offset, self.policy, at=self.state.now, cell=self.state.cell or None,
+                       heartbeats=None if replay else self.heartbeats,
+                       recorded=self.recorded(offset) if replay else ())
+
+    def _refusal(self, offset: int, event: m.Event, refused: Refusal) -> m.RecordRefused:
+        ctx = self._context(offset, event)
+        return m.RecordRefused(envelope=ctx.envelope(refused.reason), refused_offset=offset,
+                               refused_type=event.event_type, refused_event_id=event.envelope.event_id[:256],
+                               detail=refused.detail[:MAX_DETAIL_LENGTH])
+
+    def _remember(self, decisions: list[m.Decision]) -> list[m.Decision]:
         for decision in decisions:
             self.assumed[decision.envelope.event_id] = decision
         return decisions
@@ -82,8 +116,14 @@ class Replica:
         """Side input from outside the main log: a heartbeat. It counts from when the cell's time reaches its
         stamp, so what a tick sees does not depend on how far ahead of the main log the side topic was read
         (after a restart, say): the latest heartbeat per node at or before the tick's time."""
-        if isinstance(event, m.NodeHeartbeat) and type(event) in self.decider.side_input:
-            heapq.heappush(self.pending_heartbeats, (event.envelope.at, event.node))
+        if not isinstance(event, m.NodeHeartbeat) or type(event) not in self.decider.side_input:
+            return
+        at, now, lead = event.envelope.at, self.state.now, self.state.limits.max_event_lead_ms
+        if at < now - self.policy.recovery.heartbeat_timeout_ms or event.node not in self.state.cluster.nodes:
+            return  # too late to say anything (a stamp in the past cannot make a node look dead), or no such node
+        if lead is not None and self.state.clock is not None and at > self.state.clock + lead:
+            return  # stamped beyond what the cell accepts: it must not keep a node alive for years
+        heapq.heappush(self.pending_heartbeats, (at, event.node))
 
     def _count_heartbeats(self) -> None:
         pending, now = self.pending_heartbeats, self.state.now
@@ -91,6 +131,44 @@ class Replica:
             at, node = heapq.heappop(pending)
             if at > self.heartbeats.get(node, -1):
                 self.heartbeats[node] = at
+
+
+def fold(state: CellState, event: m.Event, offset: int) -> Refusal | None:
+    """The one fold every runner uses: `evolve`, with a fold that raises turned into a refusal. A raising fold
+    is a bug (projections/validate.py exists so that none does); whatever it changed before raising, it
+    changed the same way in every replica and replay, so they still agree. Logged loudly."""
+    try:
+        return evolve(state, event, offset)
+    except Exception as error:
+        log.exception("folding %s at offset %d failed", event.event_type, offset)
+        return Refusal(Reason.FOLD_FAILED, _what(error))
+
+
+def _what(error: Exception) -> str:
+    return f"{type(error).__name__}: {error}"[:MAX_DETAIL_LENGTH]
+
+
+#: What the log can hold: Avro longs are 64-bit, and a record must stay well inside the broker's message size.
+_LONG = 2**63
+MAX_DECISION_BYTES = 512 * 1024
+
+
+def unencodable(decision: m.Event) -> str:
+    """Why the decision could not be written to the log (a number beyond a 64-bit long, a record too large), or ''.
+    Decisions are made from records the cell accepted, so only what a decider computes is checked: its times
+    and numbers, and the size of its lists and free text."""
+    size = 0
+    for name, value in decision.__dict__.items():
+        if isinstance(value, int) and not isinstance(value, bool):
+            if not -_LONG <= value < _LONG:
+                return f"{name} = {value} does not fit a 64-bit long"
+        elif isinstance(value, str):
+            size += len(value)
+        elif isinstance(value, list):
+            size += sum(len(v) if isinstance(v, str) else 8 * (len(v.gpus) + 1) + len(v.node) for v in value)
+    if size > MAX_DECISION_BYTES:
+        return f"{size:,} bytes, more than {MAX_DECISION_BYTES:,}"
+    return ""
 
 
 def replicas(deciders: Sequence[Decider], policy: Policy, state: CellState) -> list[Replica]:

@@ -38,6 +38,7 @@ from events.topics import TopicNames, cells_from_env, topic_names, topic_prefix
 from projections.cluster import NODE_LEVEL
 from projections.jobs import ENDED, JobState
 from projections.read_model import Attempt, ReadModel
+from projections.validate import refusal, request_problem
 from services.core.queue import queue_order
 from services.policy import DEFAULT_POLICY
 
@@ -325,6 +326,12 @@ class Client:
         if old is not None:
             changed = differences(old, event)
             return f"job id {event.job_id} is taken by another spec ({'; '.join(changed)})" if changed else None
+        refused = refusal(state, event)  # what the cell itself would refuse to fold
+        if refused is not None:
+            return refused.detail
+        unrunnable = request_problem(event, state.limits)
+        if unrunnable is not None:
+            return unrunnable[1]
         if event.team not in state.tenancy.teams:
             known = ", ".join(sorted(state.tenancy.teams)) or "none yet: `gangway apply` a kind: Team"
             return f"team {event.team!r} is not defined (teams: {known})"

@@ -23,6 +23,7 @@ class Placer:
     name = "placer"
     triggers = frozenset(TRIGGERS)
     side_input: frozenset[type] = frozenset()
+    answers_refusals = False
 
     def decide(self, state: CellState, event: m.Event, ctx: Context) -> list[m.Decision]:
         job = state.jobs.get(event.job_id)

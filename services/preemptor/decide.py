@@ -33,6 +33,7 @@ class Preemptor:
     name = "preemptor"
     triggers = frozenset({m.CheckpointCompleted, m.Tick, m.JobQueued})
     side_input: frozenset[type] = frozenset()
+    answers_refusals = False
 
     def decide(self, state: CellState, event: m.Event, ctx: Context) -> list[m.Decision]:
         decisions: list[m.Decision] = []

@@ -31,6 +31,7 @@ class Recovery:
     triggers = frozenset({m.Tick, m.NodeFailed, m.GpuErrorReported, m.GpuFaulted, m.WorkerExited,
                           m.NodeHealthCheckPassed})
     side_input = frozenset({m.NodeHeartbeat})  # read from the heartbeat topic, off the main log
+    answers_refusals = False
 
     def decide(self, state: CellState, event: m.Event, ctx: Context) -> list[m.Decision]:
         if isinstance(event, m.Tick):
@@ -49,7 +50,7 @@ class Recovery:
             return worker_exited(state, event, ctx)
         if isinstance(event, m.NodeHealthCheckPassed):
             node = state.cluster.nodes.get(event.node)
-            if node is not None and (node.failed or node.fault_cordoned):  # an operator's cordon stays
+            if node is not None and (node.failed or node.fault_cordoned or node.retired):  # an operator's cordon stays
                 return [m.NodeRecovered(envelope=ctx.envelope(Reason.HEALTH_CHECK_PASSED), node=node.name)]
         return []
 
@@ -61,9 +62,8 @@ def silent_nodes(state: CellState, ctx: Context) -> list[m.Decision]:
         return ctx.replayed([d for d in ctx.recorded if isinstance(d, m.NodeFailed)
                              and d.envelope.reason is Reason.HEARTBEAT_MISSED])
     threshold = ctx.policy.recovery.heartbeat_timeout_ms
-    last_seen = dict(state.last_heartbeat)  # what the main log says (a recovered node starts afresh)
-    for name, at in ctx.heartbeats.items():
-        last_seen[name] = max(at, last_seen.get(name, at))
+    # Only nodes that heartbeat can fall silent; a recovered node's silence counts from its recovery.
+    last_seen = {name: max(at, state.last_heartbeat.get(name, at)) for name, at in ctx.heartbeats.items()}
     return [
         m.NodeFailed(envelope=ctx.envelope(Reason.HEARTBEAT_MISSED), node=name,
                      last_heartbeat_at=last, threshold_ms=threshold)

@@ -69,13 +69,16 @@ def test_submissions_run_to_completion_exactly_once(kafka_bootstrap, gangway_top
     for service in ("admitter", "placer", "preemptor", "recovery"):
         stored = ProjectionStore(tmp_path / "main" / service / "cell-a").load()
         as_far = fold([(o, e) for o, e in logged if o <= stored.offset])  # the log as far as it had read
-        assert differences(stored, as_far, ignore_timing=True) == [], service
-    # `gangway projection rebuild` from offset 0 gives the state the log folds to, and `compare` says so.
-    rebuilt_db = tmp_path / "rebuilt"
+        assert differences(stored, as_far) == [], service
+    # `gangway projection rebuild` from offset 0 gives the state the log folds to, and `compare` says so: a
+    # service's store is exactly the log folded in order, to the offset it reached.
+    rebuilt_db, placer_db = tmp_path / "rebuilt", tmp_path / "main" / "placer" / "cell-a"
     assert main(["projection", "rebuild", "--db", str(rebuilt_db), "--bootstrap-servers", kafka_bootstrap]) == 0
     assert dump(ProjectionStore(rebuilt_db).load()) == dump(rebuilt)
-    assert main(["projection", "compare", str(rebuilt_db), str(tmp_path / "main" / "placer" / "cell-a"),
-                 "--ignore-timing"]) == 0
+    placer_offset = ProjectionStore(placer_db).load().offset
+    assert main(["projection", "rebuild", "--db", str(tmp_path / "to-placer"), "--to-offset", str(placer_offset),
+                 "--bootstrap-servers", kafka_bootstrap]) == 0
+    assert main(["projection", "compare", str(tmp_path / "to-placer"), str(placer_db)]) == 0
     reproduced = assert_every_decision_reproduced(logged, tmp_path)
     assert reproduced["admitter"] >= 5 and reproduced["placer"] >= 5 and reproduced["recovery"] >= 4, reproduced
 
@@ -106,7 +109,7 @@ def test_kill_9_loses_and_duplicates_no_decision(kafka_bootstrap, gangway_topics
     for service in ("admitter", "placer", "preemptor", "recovery"):
         stored = ProjectionStore(tmp_path / "main" / service / "cell-a").load()
         as_far = fold([(o, e) for o, e in logged if o <= stored.offset])  # the log as far as it had read
-        assert differences(stored, as_far, ignore_timing=True) == [], service
+        assert differences(stored, as_far) == [], service
     assert_every_decision_reproduced(logged, tmp_path)
 
 
@@ -140,13 +143,13 @@ def test_a_poison_record_is_dead_lettered_and_the_service_goes_on(kafka_bootstra
         found = []
         for _ in range(20):
             found += [r.event for r in letters.poll(100, 0.5) if r.event is not None]
-            if len(found) >= 2:
+            if found:
                 break
         letters.close()
     finally:
         plane.stop_all()
-    assert [(d.value, d.error.split(":")[0]) for d in found] == [(b'{"not": "avro"}', "NOT_SINGLE_OBJECT")] * len(found)
-    assert sorted(d.envelope.producer for d in found) == ["admitter", "placer"], "each service that read it says so"
+    assert [(d.value, d.error.split(":")[0], d.envelope.producer) for d in found] == [
+        (b'{"not": "avro"}', "NOT_SINGLE_OBJECT", "admitter")], "one letter per record, from the admitter"
 
 
 def test_two_cells_two_replicas_one_owner_each_and_takeover(kafka_bootstrap, topic_prefix, kafka_admin,

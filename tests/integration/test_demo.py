@@ -3,6 +3,7 @@ ends with a summary in which work was placed, a node failed and its jobs were re
 
 import pytest
 
+from projections.readmodel.store import ReadModelStore
 from replay.cli import main
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
@@ -19,3 +20,9 @@ def test_the_demo_runs_end_to_end(kafka_bootstrap, tmp_path, capsys):
     assert "node failures 1" in summary, summary
     requeued = int(summary.split("requeued ")[1].split(",")[0])
     assert requeued >= 1, summary
+    assert "dashboard http://127.0.0.1:" in out
+    # The demo's projector folded the run into its read model: the placed jobs are there.
+    store = ReadModelStore(next(tmp_path.glob("*/readmodel")))
+    assert store.offset("cell-a") > 0
+    placed_in_store = sum(n for state, n in store.summary("cell-a")["jobs"].items() if state != "queued")
+    assert placed_in_store >= placed * 0.9, (placed_in_store, summary)

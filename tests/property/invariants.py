@@ -9,6 +9,7 @@ from projections.cell import CellState
 from projections.evolve import SUPERSEDED
 from projections.jobs import HOLDING, JobState
 from projections.overlay import lay
+from projections.validate import refusal
 from services.core.decider import Context
 from services.core.placement import ends_before, shadow_time
 
@@ -149,6 +150,9 @@ class Invariants:
         """Each replica decides again on a copy of what it decided on (the state with its own decisions then in
         flight laid over it): `decide` leaves its input alone, says the same twice, and says what the log holds;
         and lifting the overlay gives back the state exactly."""
+        if refusal(cell.state, event) is not None:  # not folded: answered by the admitter's RecordRefused alone
+            assert [type(d) for d in new] == [m.RecordRefused], f"{event.event_type} at {offset} refused, yet {new}"
+            return
         before = copy.deepcopy(cell.state)
         again: list[m.Event] = []
         for replica in cell.replicas:

@@ -83,7 +83,7 @@ class GroupedAdmissionAgreesWithOneByOne:
 
 def one_gang_per_group(state, now, key, keep=lambda job: True) -> WaitingGangs:
     """Every waiting gang as a group of its own (`keep` spares reservation holders, as `WaitingGangs.of` does)."""
-    return WaitingGangs(state, now, key, [[job_id] for job_id in sorted(state.queued)
+    return WaitingGangs(state, now, key, [[(None, job_id)] for job_id in sorted(state.queued)
                                           if job_id in state.reservations or keep(state.jobs[job_id])])
 
 

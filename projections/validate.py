@@ -1,0 +1,215 @@
+"""What a cell refuses to fold: every record is checked against the state before `evolve` folds it, so no
+record can take a fold (or a decider behind it) down, and no fact is trusted beyond what the state allows.
+
+A refused record is not folded at all; the admitter answers it with `RecordRefused` (services/core/replica.py),
+and every replica and replay refuses it the same way because the check is a pure function of the state and
+the record. The bounds are the cell's own configuration (`CellConfigured`), so they are on the log too.
+
+Stale facts are not refusals: a report about an earlier attempt of a job, or a heartbeat older than one
+already seen, is simply ignored by the fold, as agents send them in the normal course of things.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from events import models as m
+from events.models import Reason
+from projections.jobs import JobState
+
+#: The last representable moment: year 2100 in ms since the epoch. Later stamps overflow no field, but no
+#: cell runs that long; refusing them keeps deadlines computed from them inside a 64-bit long.
+LATEST_MS = 4_102_444_800_000
+MAX_DETAIL_LENGTH = 4096
+MAX_LABELS = 64
+
+
+@dataclass(frozen=True)
+class Limits:
+    """A cell's bounds, from its CellConfigured (the defaults are CellConfigured's)."""
+
+    max_gpus_per_node: int = 64
+    max_workers: int = 4096
+    max_name_length: int = 253
+    max_tick_jump_ms: int | None = 3_600_000
+    max_event_lead_ms: int | None = 3_600_000
+
+    @classmethod
+    def of(cls, e: m.CellConfigured) -> Limits:
+        return cls(e.max_gpus_per_node, e.max_workers, e.max_name_length, e.max_tick_jump_ms, e.max_event_lead_ms)
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """Why a record was not folded."""
+
+    reason: Reason
+    detail: str
+
+
+_RUNS = (JobState.PLACED, JobState.RUNNING, JobState.PREEMPTING)
+#: Free text (messages, and what a job runs: its command, environment and paths) is bounded by MAX_DETAIL_LENGTH,
+#: not by the length of a name.
+_FREE_TEXT = frozenset({"detail", "message", "error", "command", "env", "working_dir", "checkpoint_dir"})
+
+
+def refusal(state, event: m.Event) -> Refusal | None:
+    """Why the cell must not fold `event` now, or None. Pure; `state` is a CellState. Decisions are not checked
+    here: the fold validates them against the state (a stale one is superseded), and their fields come from
+    records that passed this check."""
+    if event.is_decision:
+        return None
+    limits: Limits = state.limits
+    envelope = event.envelope
+    if state.cell and envelope.cell != state.cell:
+        return Refusal(Reason.WRONG_CELL, f"names cell {_short(envelope.cell)!r}, this is {state.cell!r}")
+    if not 0 <= envelope.at <= LATEST_MS:
+        return Refusal(Reason.TIME_OUT_OF_RANGE, f"stamped {envelope.at}, outside 0..{LATEST_MS}")
+    oversized = _oversized(event, limits.max_name_length)
+    if oversized:
+        return Refusal(Reason.OVERSIZED, oversized)
+    check = _CHECKS.get(type(event))
+    return check(state, event) if check is not None else None
+
+
+def _short(text: str) -> str:
+    return text if len(text) <= 40 else text[:40] + "..."
+
+
+def _oversized(event: m.Event, max_name: int) -> str:
+    """A field longer than the cell allows (ids and names; free text has a larger bound), or ''."""
+    envelope = event.envelope
+    for name in _ENVELOPE_TEXT:
+        value = getattr(envelope, name)
+        if value is not None and len(value) > max_name:
+            return f"envelope.{name} is {len(value):,} characters, more than {max_name}"
+    fields = event.__dict__
+    for name, kind in _text_fields(type(event)):
+        value = fields[name]
+        if value is None:
+            continue
+        if kind is str:
+            bound = MAX_DETAIL_LENGTH if name in _FREE_TEXT else max_name
+            if len(value) > bound:
+                return f"{name} is {len(value):,} characters, more than {bound}"
+        elif len(value) > MAX_LABELS:
+            return f"{name} has {len(value)} entries, more than {MAX_LABELS}"
+        else:
+            bound = MAX_DETAIL_LENGTH if name in _FREE_TEXT else max_name
+            for item in (value.items() if isinstance(value, dict) else ((v, "") for v in value)):
+                if any(isinstance(part, str) and len(part) > bound for part in item):
+                    return f"{name} holds an entry longer than {bound} characters"
+    return ""
+
+
+_ENVELOPE_TEXT = ("event_id", "producer", "causation_id", "correlation_id", "policy_version")
+_TEXT_FIELDS: dict[type, tuple[tuple[str, type], ...]] = {}
+
+
+def _text_fields(kind: type) -> tuple[tuple[str, type], ...]:
+    """The fields of an event type that hold text: (name, str) or (name, list / dict) of text, computed once."""
+    fields = _TEXT_FIELDS.get(kind)
+    if fields is None:
+        out = []
+        for name, info in kind.model_fields.items():
+            text = str(info.annotation)
+            if name == "envelope":
+                continue
+            if info.annotation in (str, str | None):
+                out.append((name, str))
+            elif "list[str]" in text or "dict[str, str]" in text:
+                out.append((name, list))
+        fields = _TEXT_FIELDS[kind] = tuple(out)
+    return fields
+
+
+def _tick(state, e: m.Tick) -> Refusal | None:
+    jump = state.limits.max_tick_jump_ms
+    if state.clock is not None and jump is not None and e.envelope.at > state.clock + jump:
+        return Refusal(Reason.TIME_OUT_OF_RANGE, f"a Tick {e.envelope.at - state.clock:,} ms past the cell's "
+                                                 f"clock; at most {jump:,} ms")
+    return None
+
+
+def _submitted(state, e: m.JobSubmitted) -> Refusal | None:
+    lead = state.limits.max_event_lead_ms
+    if state.clock is not None and lead is not None and e.envelope.at < state.clock - lead:
+        return Refusal(Reason.TIME_OUT_OF_RANGE, f"submitted {state.clock - e.envelope.at:,} ms before the cell's "
+                                                 f"clock; at most {lead:,} ms")
+    return None
+
+
+def _registered(state, e: m.NodeRegistered) -> Refusal | None:
+    if not 1 <= e.gpus <= state.limits.max_gpus_per_node:
+        return Refusal(Reason.OVERSIZED, f"{e.gpus} GPUs, a node has 1..{state.limits.max_gpus_per_node}")
+    old = state.cluster.nodes.get(e.node)
+    if old is not None and (old.holder or old.reserved_for) and (old.gpus, old.gpu_type) != (e.gpus, e.gpu_type):
+        return Refusal(Reason.NODE_IN_USE, f"{e.node} has work on it; it may not change from {old.gpus} "
+                                           f"{old.gpu_type} to {e.gpus} {e.gpu_type} GPUs")
+    return None
+
+
+def _worker_fact(state, e: m.WorkerStarted | m.WorkerExited) -> Refusal | None:
+    job = state.jobs.get(e.job_id)
+    if job is None:
+        return Refusal(Reason.CONTRADICTS_STATE, f"no job {e.job_id!r}")
+    if e.attempt != job.attempt or job.state not in _RUNS:
+        return None  # a report about another attempt, or a job no longer placed: stale, ignored
+    where = {worker: node for worker, node, _ in job.assignments}
+    if e.worker not in where:
+        return Refusal(Reason.CONTRADICTS_STATE, f"{e.job_id} attempt {e.attempt} has no worker {e.worker} "
+                                                 f"(workers 0..{len(where) - 1})")
+    if where[e.worker] != e.node:
+        return Refusal(Reason.CONTRADICTS_STATE, f"{e.job_id} worker {e.worker} runs on {where[e.worker]}, "
+                                                 f"not on {e.node}")
+    return None
+
+
+def _checkpoint(state, e: m.CheckpointCompleted) -> Refusal | None:
+    job = state.jobs.get(e.job_id)
+    if job is None:
+        return Refusal(Reason.CONTRADICTS_STATE, f"no job {e.job_id!r}")
+    if e.attempt == job.attempt and not job.started_workers and job.state not in (JobState.RUNNING,
+                                                                                   JobState.PREEMPTING):
+        return Refusal(Reason.CONTRADICTS_STATE, f"{e.job_id} attempt {e.attempt} never ran: nothing to checkpoint")
+    if e.progress_ms < 0:
+        return Refusal(Reason.CONTRADICTS_STATE, f"negative progress {e.progress_ms}")
+    return None
+
+
+def _node_fact(state, e) -> Refusal | None:
+    if e.node not in state.cluster.nodes:
+        return Refusal(Reason.CONTRADICTS_STATE, f"no node {_short(e.node)!r} in the cell")
+    return None
+
+
+_CHECKS = {
+    m.Tick: _tick,
+    m.JobSubmitted: _submitted,
+    m.NodeRegistered: _registered,
+    m.WorkerStarted: _worker_fact,
+    m.WorkerExited: _worker_fact,
+    m.CheckpointCompleted: _checkpoint,
+    m.GpuErrorReported: _node_fact,
+    m.NodeHealthCheckPassed: _node_fact,
+    m.NodeCordoned: _node_fact,
+    m.NodeUncordoned: _node_fact,
+}
+
+
+def request_problem(e: m.JobSubmitted, limits: Limits) -> tuple[Reason, str] | None:
+    """What makes a submission unrunnable whatever the cell holds (the admitter rejects it; the fold never
+    queues it), or None."""
+    if e.workers < 1 or e.gpus_per_worker < 1:
+        return Reason.NO_GPUS_REQUESTED, f"asks for {e.workers} workers x {e.gpus_per_worker} GPUs"
+    if e.workers > limits.max_workers:
+        return Reason.LARGER_THAN_CELL, f"{e.workers} workers, a gang has at most {limits.max_workers}"
+    if e.gpus_per_worker > limits.max_gpus_per_node:
+        return Reason.LARGER_THAN_NODE, f"{e.gpus_per_worker} GPUs per worker, a node has at most {limits.max_gpus_per_node}"
+    if e.min_workers is not None and not 1 <= e.min_workers <= e.workers:
+        return Reason.INVALID_REQUEST, f"min_workers {e.min_workers} is not within 1..{e.workers}"
+    if e.time_limit_ms is not None and not 0 < e.time_limit_ms <= LATEST_MS:
+        return Reason.INVALID_REQUEST, f"time_limit_ms {e.time_limit_ms} is not within 1..{LATEST_MS}"
+    if e.max_restarts < 0:
+        return Reason.INVALID_REQUEST, f"max_restarts {e.max_restarts} is negative"
+    return None
