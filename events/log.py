@@ -205,13 +205,17 @@ class EventConsumer:
 
     def commit_later(self, consumed: Sequence[LogRecord], every_s: float = 5.0) -> None:
         """Commits offsets after `consumed` outside any transaction, at most every `every_s` seconds."""
-        now = time.monotonic()
         self._pending.update({(t.topic, t.partition): t.offset for t in self.next_offsets(consumed)})
-        if now - self._last_commit >= every_s:
+        if time.monotonic() - self._last_commit >= every_s:
+            self.flush_commits()
+
+    def flush_commits(self) -> None:
+        """Commits what `commit_later` holds back now: when the log falls quiet, so the group's lag reads 0."""
+        if self._pending:
             self._consumer.commit(offsets=[TopicPartition(t, p, o) for (t, p), o in sorted(self._pending.items())],
                                   asynchronous=True)
             self._pending.clear()
-            self._last_commit = now
+        self._last_commit = time.monotonic()
 
     def group_metadata(self) -> object:
         return self._consumer.consumer_group_metadata()

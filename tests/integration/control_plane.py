@@ -12,6 +12,8 @@ import uuid
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from confluent_kafka import Consumer, TopicPartition
+
 from events import models as m
 from events.log import EventProducer
 from events.reader import LogReader
@@ -103,6 +105,23 @@ def read_log(bootstrap: str, topics: TopicNames, cell: str = "cell-a", cells: Se
             if until([e for _, e in logged]):
                 break
     return logged
+
+
+def wait_until_caught_up(bootstrap: str, topics: TopicNames, end: int, cell: str = "cell-a",
+                         cells: Sequence[str] = ("cell-a",), services: Sequence[str] = SERVICES,
+                         timeout: float = 60.0) -> None:
+    """Waits until every service's consumer group has committed the cell's log up to `end` (exclusive)."""
+    partition = TopicPartition(topics.events, list(cells).index(cell))
+    prefix = topics.events.removesuffix("gangway.events")
+    deadline = time.monotonic() + timeout
+    for service in services:
+        group = Consumer({"bootstrap.servers": bootstrap, "group.id": f"{prefix}gangway-{service}"})
+        try:
+            while group.committed([partition], timeout=10)[0].offset < end:
+                assert time.monotonic() < deadline, f"{service} did not read the log to offset {end}"
+                time.sleep(0.2)
+        finally:
+            group.close()
 
 
 def count(logged: list[tuple[int, m.Event]], kind: type, job: str | None = None) -> int:

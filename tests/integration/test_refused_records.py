@@ -17,7 +17,7 @@ from events.submission import job_submitted
 from events.topics import TopicNames, ensure_topics, topic_names
 from projections.store import ProjectionStore
 from replay.rebuild import differences
-from tests.integration.control_plane import ControlPlane, Operator, count, fold, read_log
+from tests.integration.control_plane import ControlPlane, Operator, count, fold, read_log, wait_until_caught_up
 from tests.integration.test_control_plane import assert_every_decision_reproduced, placed_all
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
@@ -83,6 +83,7 @@ def test_each_poison_record_is_refused_and_the_services_go_on(kafka_bootstrap, t
         operator.write(m.CellConfigured(envelope=operator.envelope(), topology_levels=[]))
         submit("after")
         logged = read_log(kafka_bootstrap, topics, cells=cells, until=placed_all(["after"]), timeout=90)
+        wait_until_caught_up(kafka_bootstrap, topics, logged[-1][0] + 1, cells=cells)
         running = {name: p.poll() is None for name, p in plane.processes.items()}
         letters = EventConsumer(kafka_bootstrap, "dlq-reader", TopicNames(topics.deadletter, "", ""), ["cell-a"],
                                 assign=["cell-a"])

@@ -16,15 +16,18 @@ from replay.scenario.play import load, run
 from tests import builders as b
 
 SCENARIOS = sorted((Path(__file__).resolve().parents[1] / "scenarios").glob("*.yaml"))
-CELL = "cell-a"
 
 
 def recorded_log(path: Path) -> list[m.Event]:
     return run(load(path)).cell.log
 
 
+def cell_of(log: list[m.Event]) -> str:
+    return log[0].envelope.cell
+
+
 def fold_into(store: ReadModelStore, log: list[m.Event], batch: int, start: int = 0) -> CellFold:
-    fold = store.load(CELL)
+    fold = store.load(cell_of(log))
     records = list(enumerate(log))[start:]
     for i in range(0, len(records), batch):
         store.apply(fold.fold(records[i:i + batch]))
@@ -42,7 +45,8 @@ def test_batches_and_restarts_give_the_rows_of_a_rebuild(path: Path, tmp_path: P
     resumed = ReadModelStore(tmp_path / "live")  # a restart: the fold comes back from the rows
     fold = fold_into(resumed, log, batch=7, start=0)  # the whole log re-delivered: folded events are skipped
     assert resumed.rows() == rebuilt.rows()
-    assert resumed.offset(CELL) == len(log) - 1 == fold.state.offset
+    assert resumed.offset(cell_of(log)) == len(log) - 1 == fold.state.offset
+    assert len(fold.state.jobs) == len({e.job_id for e in log if isinstance(e, m.JobSubmitted)}), "every job folded"
 
 
 def busy_log() -> list[m.Event]:
@@ -71,7 +75,7 @@ def test_job_pages_follow_the_index_and_the_folded_state(tmp_path: Path):
     def walk(filters, sort="submitted", descending=False, limit=4):
         seen, cursor = [], None
         while True:
-            page, cursor = store.jobs(CELL, filters, sort, descending, limit, cursor)
+            page, cursor = store.jobs(cell_of(log), filters, sort, descending, limit, cursor)
             assert len(page) <= limit
             seen += [doc["job_id"] for doc in page]
             if cursor is None:
@@ -85,7 +89,7 @@ def test_job_pages_follow_the_index_and_the_folded_state(tmp_path: Path):
             assert walk({"team": team, "state": job_state}, limit=3) == want
     by_priority = sorted(jobs, key=lambda j: (-j.priority, j.submitted_at, j.submit_offset))
     assert walk({}, sort="priority") == [j.job_id for j in by_priority]
-    summary = store.summary(CELL)
+    summary = store.summary(cell_of(log))
     assert sum(summary["jobs"].values()) == len(jobs)
     assert summary["gpus"]["busy"] == sum(len(n.holder) for n in state.cluster.nodes.values())
     assert len({j.state for j in jobs}) >= 4 and len({j.priority for j in jobs}) == 3
@@ -96,24 +100,24 @@ def test_a_job_document_and_its_timeline(tmp_path: Path):
     store = ReadModelStore(tmp_path / "db")
     fold = fold_into(store, log, batch=5)
     preempted = next(j for j in fold.state.jobs.values() if any(h[2] == "JobPreempted" for h in j.history))
-    doc = store.job(CELL, preempted.job_id)
-    timeline = store.timeline(CELL, preempted.job_id)
+    doc = store.job(cell_of(log), preempted.job_id)
+    timeline = store.timeline(cell_of(log), preempted.job_id)
     assert [e["type"] for e in timeline] == [h[2] for h in preempted.history]
     assert [e["offset"] for e in timeline] == sorted(e["offset"] for e in timeline)
     assert doc["state"] == preempted.state.value and doc["timeline_length"] == len(timeline)
     assert any(e["type"] == "PreemptionRequested" and e["detail"].startswith("for ") for e in timeline)
-    assert store.job(CELL, "no-such-job") is None and store.timeline(CELL, "no-such-job") == []
+    assert store.job(cell_of(log), "no-such-job") is None and store.timeline(cell_of(log), "no-such-job") == []
 
 
 def test_nodes_lie_in_topology_order_and_a_domain_is_a_prefix(tmp_path: Path):
     log = recorded_log(next(p for p in SCENARIOS if p.stem == "topology_tightest"))
     store = ReadModelStore(tmp_path / "db")
     fold_into(store, log, batch=10)
-    nodes = store.nodes(CELL)
+    nodes = store.nodes(cell_of(log))
     assert nodes and [list(n["domains"].values()) + [n["name"]] for n in nodes] == sorted(
         list(n["domains"].values()) + [n["name"]] for n in nodes)
     first = list(nodes[0]["domains"].values())[:1]
-    inside = store.nodes(CELL, first)
+    inside = store.nodes(cell_of(log), first)
     assert inside and all(list(n["domains"].values())[:1] == first for n in inside)
     assert len(inside) < len(nodes) or len({list(n["domains"].values())[0] for n in nodes}) == 1
 
