@@ -76,7 +76,8 @@ def reference(steps: int, world: int, seed: int, batch: int, lr: float) -> np.nd
     x, y = data(seed)
     weights = initial_weights(seed)
     for step in range(steps):
-        grads = [gradient(weights, x[idx], y[idx]) for idx in (shard(step, seed, batch, r, world) for r in range(world))]
+        shards = [shard(step, seed, batch, rank, world) for rank in range(world)]
+        grads = [gradient(weights, x[idx], y[idx]) for idx in shards]
         weights = weights - lr * average(grads)
     return weights
 
@@ -150,13 +151,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batch", type=int, default=64)
     parser.add_argument("--lr", type=float, default=0.05)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--checkpoint-every", type=int, default=50, help="steps between checkpoints (0: only on SIGUSR1)")
-    parser.add_argument("--step-time", type=float, default=0.02, help="seconds each step lasts at least (paces the demo)")
+    parser.add_argument("--checkpoint-every", type=int, default=50,
+                        help="steps between checkpoints (0: only on SIGUSR1)")
+    parser.add_argument("--step-time", type=float, default=0.02,
+                        help="seconds each step lasts at least (paces the demo)")
     parser.add_argument("--checkpoint-delay", type=float, default=0.0,
                         help="seconds a checkpoint asked for by SIGUSR1 takes to write (as a big model's would)")
     parser.add_argument("--reference", action="store_true", help="run every rank in this process, no Gangway needed")
     parser.add_argument("--world-size", type=int, default=None, help="with --reference: how many ranks")
-    parser.add_argument("--out", type=Path, default=None, help="final weights (default $GANGWAY_CHECKPOINT_DIR/final.npy)")
+    parser.add_argument("--out", type=Path, default=None,
+                        help="final weights (default $GANGWAY_CHECKPOINT_DIR/final.npy)")
     args = parser.parse_args(argv)
     checkpoints = Path(os.environ.get("GANGWAY_CHECKPOINT_DIR") or ".")
     out = args.out or checkpoints / "final.npy"
@@ -179,7 +183,8 @@ def main(argv: list[str] | None = None) -> int:
             idx = shard(step, args.seed, args.batch, rank, world)
             weights = weights - args.lr * gang.average(gradient(weights, x[idx], y[idx]))
             done = step + 1
-            if rank == 0 and done < args.steps and (asked or (args.checkpoint_every and done % args.checkpoint_every == 0)):
+            periodic = args.checkpoint_every and done % args.checkpoint_every == 0
+            if rank == 0 and done < args.steps and (asked or periodic):
                 if asked:
                     time.sleep(args.checkpoint_delay)
                 checkpoint(checkpoints, done, weights)

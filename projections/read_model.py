@@ -37,6 +37,7 @@ class ReadModel:
     checkpoint_steps: dict[str, int] = field(default_factory=dict)  # checkpoint id -> step
     addresses: dict[str, str] = field(default_factory=dict)  # node -> address
     details: dict[str, str] = field(default_factory=dict)  # job id -> detail of the latest decision about it
+    policy_version: str | None = None  # the admitter's, as its latest decision records it
 
     def fold(self, offset: int, event: m.Event) -> None:
         job_id = getattr(event, "job_id", None)
@@ -46,6 +47,8 @@ class ReadModel:
         job = self.state.jobs.get(job_id) if job_id else None
         if job is not None and event.is_decision and job.reason_offset == offset:  # a decision the fold accepted
             self.details[job.job_id] = getattr(event, "detail", "")
+        if event.is_decision and event.envelope.producer == "admitter" and event.envelope.policy_version:
+            self.policy_version = event.envelope.policy_version
         if isinstance(event, m.JobSubmitted):
             self.submissions.setdefault(event.job_id, event)
         elif isinstance(event, m.JobRejected):

@@ -125,7 +125,8 @@ class TeamBody(Strict):
     cohort: Name | None = None
     weight: float = Field(default=1.0, gt=0, le=1_000, description="fair-sharing weight")
     quotas: dict[Name, Annotated[Quota, BeforeValidator(_quota)]] = Field(
-        default_factory=dict, description="per GPU type: a number (the nominal) or {nominal, borrowing_limit, lending_limit}")
+        default_factory=dict,
+        description="per GPU type: a number (the nominal) or {nominal, borrowing_limit, lending_limit}")
     preemption: TeamPreemption = Field(default_factory=TeamPreemption)
 
 

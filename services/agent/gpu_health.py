@@ -50,7 +50,8 @@ def _bus(bus_id: str) -> str:
 
 
 class GpuHealth:
-    """Polls nvidia-smi (and the kernel log) for new errors; `poll()` returns (gpu, xid, message) seen since last time."""
+    """Polls nvidia-smi (and the kernel log) for new errors: `poll()` returns (gpu, xid, message) for each one
+    seen since the last poll."""
 
     def __init__(self) -> None:
         self.available = shutil.which("nvidia-smi") is not None

@@ -230,7 +230,7 @@ class NodeAgent:
             "RANK": str(rank), "WORLD_SIZE": str(world), "LOCAL_RANK": str(local),
             "LOCAL_WORLD_SIZE": str(sum(1 for a in gang if a[1] == self.node)),
             "MASTER_ADDR": self.model.addresses.get(master_node, "127.0.0.1"),
-            "MASTER_PORT": str(self.config.port_base + zlib.crc32(f"{job_id}/{attempt}".encode()) % self.config.port_span),
+            "MASTER_PORT": str(self._master_port(job_id, attempt)),
             "CUDA_VISIBLE_DEVICES": ",".join(map(str, gpus)),
             "GANGWAY_JOB_ID": job_id, "GANGWAY_ATTEMPT": str(attempt), "GANGWAY_WORKER": str(index),
             "GANGWAY_NODE": self.node, "GANGWAY_CHECKPOINT_DIR": (spec.checkpoint_dir or "") if spec else "",
@@ -253,6 +253,10 @@ class NodeAgent:
                                                    "launched_at": now, "restored_ms": restored}))
         self.workers[key] = w
         self._started(key, now)
+
+    def _master_port(self, job_id: str, attempt: int) -> int:
+        """The same on every node of the gang, and another for each attempt (a port left in use fails one attempt)."""
+        return self.config.port_base + zlib.crc32(f"{job_id}/{attempt}".encode()) % self.config.port_span
 
     def _exited_without_process(self, key: tuple[str, int, int], directory: Path, now: int, code: int) -> None:
         job_id, attempt, index = key
@@ -305,7 +309,8 @@ class NodeAgent:
                 if code is None:
                     code = w.popen.returncode if w.popen is not None else EXIT_LOST
                 self._exit(w, code, now)
-            elif w.stop_sent_at is not None and not w.killed and time.monotonic() - w.stop_sent_at > self.config.stop_grace_s:
+            elif (w.stop_sent_at is not None and not w.killed
+                  and time.monotonic() - w.stop_sent_at > self.config.stop_grace_s):
                 w.killed = True
                 _killpg(w.pid, signal.SIGKILL)
 
@@ -351,7 +356,8 @@ class NodeAgent:
 
     def _envelope(self, at: int, what: str, job_id: str | None = None) -> m.Envelope:
         producer = f"agent/{self.node}"
-        return m.Envelope(event_id=f"{producer}/{what}", cell=self.cell, at=at, producer=producer, correlation_id=job_id)
+        return m.Envelope(event_id=f"{producer}/{what}", cell=self.cell, at=at, producer=producer,
+                          correlation_id=job_id)
 
 
 def _killpg(pid: int, signum: int) -> None:

@@ -127,7 +127,8 @@ def _jobs_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--state", action="append", default=[], choices=[s.value for s in JobState],
                         help="only jobs in this state (repeatable); ended states are shown when named")
     parser.add_argument("--all", action="store_true", help="ended jobs too (succeeded, failed, cancelled, rejected)")
-    parser.add_argument("-w", "--watch", action="store_true", help="keep the table live as the log moves (Ctrl-C stops)")
+    parser.add_argument("-w", "--watch", action="store_true",
+                        help="keep the table live as the log moves (Ctrl-C stops)")
     _common(parser, output=True)
 
 
@@ -167,13 +168,19 @@ def _describe(s: JobStatus) -> None:
     spec = s.spec
     out.print(f"[bold]job/{s.job_id}[/]  team {s.team}  {s.shape} ({s.gpus} GPUs)  attempt {s.attempt}, "
               f"restarts {s.restarts}")
-    out.print(f"state      {s.state} ({s.reason}){'  ' + s.detail if s.detail else ''}"
-              + (f"  queue position {s.queue_position}" if s.queue_position else ""))
+    out.print(f"state      {s.state} ({s.reason}){'  ' + s.detail if s.detail else ''}")
+    if s.queue_position:
+        now = s.submitted_at + s.age_s * 1000
+        start = "unknown" if s.estimated_start is None else f"in {age(max(0, s.estimated_start - now) / 1000)}"
+        out.print(f"queue      position {s.queue_position} in the cell, {s.team_position} in team {s.team}; "
+                  f"estimated start {start} ({s.start_basis})")
     if spec:
         out.print(f"command    {' '.join(spec['command']) or '-'}")
         out.print(f"priority   {spec['priority_class'] or 'default'}   time limit "
-                  f"{spec['time_limit_ms'] // 1000 if spec['time_limit_ms'] else '-'} s   restart budget {spec['max_restarts']}")
-        out.print(f"checkpoint {spec['checkpoint_dir'] or '-'} (latest step {s.checkpoint_step if s.checkpoint_step is not None else '-'})")
+                  f"{spec['time_limit_ms'] // 1000 if spec['time_limit_ms'] else '-'} s   "
+                  f"restart budget {spec['max_restarts']}")
+        step = s.checkpoint_step if s.checkpoint_step is not None else "-"
+        out.print(f"checkpoint {spec['checkpoint_dir'] or '-'} (latest step {step})")
     rows = [{"attempt": a["attempt"], "worker": w["worker"], "node": w["node"], "gpus": ",".join(map(str, w["gpus"])),
              "exit": w["exit_code"], "resumed from": a["resumed_from_step"], "outcome": a["outcome"]}
             for a in s.attempts for w in a["workers"]]
@@ -227,7 +234,8 @@ def _cordon_command(cordon: bool) -> Callable[[argparse.Namespace], int]:
 
 COMMANDS: tuple[tuple[str, str, Command], ...] = (
     ("submit", "submit jobs from YAML files (kind: Job); --wait follows them to the end",
-     Command(_submit_arguments, _guarded("submit", _submit), "gangway submit examples/train.yaml --team vision --wait")),
+     Command(_submit_arguments, _guarded("submit", _submit),
+             "gangway submit examples/train.yaml --team vision --wait")),
     ("cancel", "cancel jobs, wherever they are (queued, running, checkpointing)",
      Command(_cancel_arguments, _guarded("cancel", _cancel), "gangway cancel train-mlp")),
     ("jobs", "list jobs: team, state, GPUs, shape, reason, queue position, age",
@@ -241,7 +249,8 @@ COMMANDS: tuple[tuple[str, str, Command], ...] = (
     ("nodes", "nodes by block and rack: GPUs used and free, state, jobs",
      Command(_listing_arguments, _guarded("nodes", _listing(Client.nodes, NODE_COLUMNS)), "gangway nodes")),
     ("cordon", "stop placing new work on a node (running work stays)",
-     Command(_cordon_arguments, _guarded("cordon", _cordon_command(True)), "gangway cordon node-3 --reason 'fan noise'")),
+     Command(_cordon_arguments, _guarded("cordon", _cordon_command(True)),
+             "gangway cordon node-3 --reason 'fan noise'")),
     ("uncordon", "let a cordoned node take work again",
      Command(_cordon_arguments, _guarded("uncordon", _cordon_command(False)), "gangway uncordon node-3")),
 )

@@ -39,7 +39,8 @@ from projections.cluster import NODE_LEVEL
 from projections.jobs import ENDED, JobState
 from projections.read_model import Attempt, ReadModel
 from projections.validate import refusal, request_problem
-from services.core.queue import queue_order
+from services.core.forecast import Estimate, forecast
+from services.policies import UnknownPolicy, resolve
 from services.policy import DEFAULT_POLICY
 
 
@@ -59,6 +60,9 @@ class JobStatus:
     reason: str
     detail: str
     queue_position: int | None  # 1 = next in the cell's admission order; None when not queued
+    team_position: int | None  # 1 = next of its team
+    estimated_start: int | None  # event time (ms) the forecast expects it to start, when queued and known
+    start_basis: str  # how that estimate was made, or why there is none
     submitted_at: int
     age_s: float
     attempt: int
@@ -155,7 +159,7 @@ class Client:
 
     def get(self, job_id: str) -> JobStatus:
         self.refresh()
-        status = self._status(job_id, self._queue_positions())
+        status = self._status(job_id, self._estimates())
         if status is None:
             raise LauncherError(f"no job {job_id!r} in cell {self.cell}")
         return status
@@ -164,10 +168,11 @@ class Client:
         """Jobs in submission order; ended ones only with `include_ended` or when `states` names them."""
         self.refresh()
         wanted = {JobState(s) for s in states}
-        positions = self._queue_positions()
+        positions = self._estimates()
         jobs = sorted(self.model.state.jobs.values(), key=lambda j: (j.submit_offset, j.job_id))
         return [self._status(job.job_id, positions) for job in jobs
-                if (team is None or job.team == team) and (job.state in wanted if wanted else include_ended or not job.ended)]
+                if (team is None or job.team == team)
+                and (job.state in wanted if wanted else include_ended or not job.ended)]
 
     def wait(self, job_id: str, until: str | Callable[[JobStatus], bool] = "ended", timeout: float | None = None,
              on_change: Callable[[JobStatus], None] | None = None) -> JobStatus:
@@ -186,7 +191,7 @@ class Client:
             if deadline is not None and time.monotonic() >= deadline:
                 raise TimeoutError(f"job {job_id} is still {status.state} ({status.reason}) after {timeout:g} s")
             self.follow(0.5)
-            status = self._status(job_id, self._queue_positions())
+            status = self._status(job_id, self._estimates())
 
     def teams(self) -> list[TeamUsage]:
         self.refresh()
@@ -203,7 +208,8 @@ class Client:
             quota = tenancy.quota(team, gpu_type)
             spec = tenancy.teams.get(team)
             queued, running = counts.get((team, gpu_type), [0, 0])
-            out.append(TeamUsage(team, spec.cohort if spec else None, gpu_type, quota.nominal, tenancy.used(team, gpu_type),
+            out.append(TeamUsage(team, spec.cohort if spec else None, gpu_type, quota.nominal,
+                                 tenancy.used(team, gpu_type),
                                  tenancy.borrowed(team, gpu_type), lent.get((team, gpu_type), 0), quota.borrowing_limit,
                                  quota.lending_limit, queued, running))
         return out
@@ -314,7 +320,8 @@ class Client:
             docs = load_documents(spec, team)
         others = [d.name for d in docs if not isinstance(d, Job)]
         if others:
-            raise SpecError([f"{', '.join(others)}: not a job (teams, cohorts and priority classes go to `gangway apply`)"])
+            raise SpecError([f"{', '.join(others)}: not a job "
+                             "(teams, cohorts and priority classes go to `gangway apply`)"])
         return docs  # type: ignore[return-value]
 
     def _refusal(self, job: Job, event: m.JobSubmitted) -> str | None:
@@ -339,7 +346,8 @@ class Client:
             known = ", ".join(sorted(state.tenancy.priority_classes)) or "none"
             return f"priority class {event.priority_class!r} is not defined (classes: {known})"
         if event.gpu_type not in state.cluster.gpu_types():
-            return f"no {event.gpu_type!r} nodes in cell {self.cell} (types: {', '.join(state.cluster.gpu_types()) or 'none'})"
+            types = ", ".join(state.cluster.gpu_types()) or "none"
+            return f"no {event.gpu_type!r} nodes in cell {self.cell} (types: {types})"
         levels = [*state.cluster.levels, NODE_LEVEL]
         for level in (event.topology_required, event.topology_preferred):
             if level is not None and level not in levels:
@@ -373,24 +381,30 @@ class Client:
             for event in events:
                 self._producer.produce(event)
 
-    def _queue_positions(self) -> dict[str, int]:
-        state = self.model.state
-        queued = [state.jobs[j] for j in sorted(state.queued)]
-        admission = DEFAULT_POLICY.admission
-        return {job.job_id: i for i, job in enumerate(queue_order(state, queued, admission.fair_share,
-                                                                  admission.nominal_first), start=1)}
+    def _estimates(self) -> dict[str, Estimate]:
+        """Queue position and estimated start of every queued job (services/core/forecast.py), under the policy
+        the admitter records in its decisions."""
+        try:
+            policy = resolve(self.model.policy_version) if self.model.policy_version else DEFAULT_POLICY
+        except UnknownPolicy:
+            policy = DEFAULT_POLICY
+        return forecast(self.model.state, policy)
 
-    def _status(self, job_id: str, positions: dict[str, int]) -> JobStatus | None:
+    def _status(self, job_id: str, estimates: dict[str, Estimate]) -> JobStatus | None:
         model = self.model
         job = model.job(job_id)
         if job is None:
             return None
         submitted = model.submissions.get(job_id)
+        estimate = estimates.get(job_id)
         return JobStatus(
             job_id=job.job_id, team=job.team, state=job.state.value, gpus=job.gpus,
             shape=f"{job.workers}x{job.gpus_per_worker} {job.gpu_type}", reason=job.reason.value,
             detail=model.details.get(job_id, ""),
-            queue_position=positions.get(job_id), submitted_at=job.submitted_at,
+            queue_position=estimate.cell_position if estimate else None,
+            team_position=estimate.team_position if estimate else None,
+            estimated_start=estimate.start if estimate else None,
+            start_basis=f"{estimate.basis.value}: {estimate.detail}" if estimate else "", submitted_at=job.submitted_at,
             age_s=max(0.0, (self.clock.now_ms() - job.submitted_at) / 1000), attempt=job.attempt,
             restarts=job.restarts,
             placement=[{"worker": w, "node": n, "gpus": list(g)} for w, n, g in job.assignments],

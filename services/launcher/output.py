@@ -38,7 +38,8 @@ def emit(rows: Sequence[Any], form: str, columns: Sequence[tuple[str, Callable[[
     out.print(table_of(rows, columns, title))
 
 
-def table_of(rows: Sequence[Any], columns: Sequence[tuple[str, Callable[[Any], Any]]], title: str | None = None) -> Table:
+def table_of(rows: Sequence[Any], columns: Sequence[tuple[str, Callable[[Any], Any]]],
+             title: str | None = None) -> Table:
     """A rich table of `columns` (header, getter) over `rows`, states in colour."""
     table = Table(title=title, box=None, header_style="bold", pad_edge=False)
     for header, _ in columns:

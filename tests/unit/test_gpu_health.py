@@ -11,7 +11,8 @@ def test_xid_lines_name_the_gpu_by_its_bus_id():
     buses = parse_bus_ids("0, 00000000:3B:00.0\n1, 00000000:5E:00.0\n")
     log = ("[12.3] NVRM: Xid (PCI:0000:5e:00): 79, pid=1234, GPU has fallen off the bus.\n"
            "[13.0] something else\n[14.1] NVRM: Xid (PCI:0000:af:00): 13, pid=9, other node's GPU\n")
-    assert parse_xids(log, buses) == [(1, 79, "[12.3] NVRM: Xid (PCI:0000:5e:00): 79, pid=1234, GPU has fallen off the bus.")]
+    assert parse_xids(log, buses) == [
+        (1, 79, "[12.3] NVRM: Xid (PCI:0000:5e:00): 79, pid=1234, GPU has fallen off the bus.")]
 
 
 def test_no_nvidia_smi_no_reports(monkeypatch):

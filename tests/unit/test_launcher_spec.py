@@ -80,11 +80,13 @@ BAD_DEFINITIONS = [
     (TEAM, "spec.cohort", "a b", "spec.cohort: 'a b' is not a valid name"),
     (TEAM, "spec.weight", 0, "spec.weight: must be > 0"),
     (TEAM, "spec.quotas", {"H100": -1}, "spec.quotas.H100.nominal: must be ≥ 0"),
-    (TEAM, "spec.quotas", {"H100": {"nominal": 4, "borrowing_limit": -2}}, "spec.quotas.H100.borrowing_limit: must be ≥ 0"),
+    (TEAM, "spec.quotas", {"H100": {"nominal": 4, "borrowing_limit": -2}},
+     "spec.quotas.H100.borrowing_limit: must be ≥ 0"),
     (TEAM, "spec.quotas", {"H100": {"nominal": 4, "lending_limit": -1}}, "spec.quotas.H100.lending_limit: must be ≥ 0"),
     (TEAM, "spec.quotas", {"H100": {"borrowing_limit": 2}}, "spec.quotas.H100.nominal: required"),
     (TEAM, "spec.preemption", {"within_team": "Sometimes"}, "spec.preemption.within_team: input should be 'Never'"),
-    (TEAM, "spec.preemption", {"reclaim_within_cohort": "All"}, "spec.preemption.reclaim_within_cohort: input should be"),
+    (TEAM, "spec.preemption", {"reclaim_within_cohort": "All"},
+     "spec.preemption.reclaim_within_cohort: input should be"),
     (TEAM, "spec.preemption", {"borrow_within_cohort": 1}, "spec.preemption.borrow_within_cohort: input should be"),
     ({"kind": "Cohort", "metadata": {"name": "lab"}}, "spec.parent", "x y", "spec.parent: 'x y' is not a valid name"),
     ({"kind": "PriorityClass", "metadata": {"name": "p"}, "spec": {"value": 1}}, "spec.value", "high",
@@ -109,7 +111,8 @@ def test_every_problem_of_a_file_is_listed_with_its_document(tmp_path: Path):
     with pytest.raises(SpecError) as error:
         load_documents(path)
     assert error.value.problems == [f"{path}[0]: spec.workers: must be ≥ 1",
-                                    f"{path}[1]: metadata.name: 'b c' is not a valid name (letters, digits, '.', '_', '-')"]
+                                    f"{path}[1]: metadata.name: 'b c' is not a valid name "
+                                    "(letters, digits, '.', '_', '-')"]
     (tmp_path / "broken.yaml").write_text("kind: [")
     with pytest.raises(SpecError, match=r"broken.yaml: not valid YAML \(line 1\)"):
         load_documents(tmp_path / "broken.yaml")
@@ -126,7 +129,8 @@ def test_a_job_becomes_its_submission_and_the_same_spec_the_same_event():
     job = with_paths_from(parse_document(JOB, "j"), Path("/work/x"))
     assert isinstance(job, Job)
     event = submission(job, "train", "cell-a", 1_000)
-    assert (event.job_id, event.team, event.workers, event.gpus_per_worker, event.gpu_type) == ("train", "vision", 2, 1, "H100")
+    assert (event.job_id, event.team, event.workers, event.gpus_per_worker, event.gpu_type) == (
+        "train", "vision", 2, 1, "H100")
     assert event.command == ["python", "train.py"] and event.working_dir == "/work/x" and event.max_restarts == 3
     assert event.labels == {"project": "x"}
     later = submission(job, "train", "cell-a", 9_000)

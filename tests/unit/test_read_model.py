@@ -32,9 +32,9 @@ def test_checkpoint_steps_and_rejections_are_kept():
     assert model.rejections["llm"].envelope.reason is m.Reason.DUPLICATE_JOB
     assert model.submissions["llm"].team == "nlp", "the first submission is the job's"
     job = model.job("llm")
-    step = m.CheckpointCompleted(envelope=m.Envelope(event_id="c", cell=model.state.cell, at=job.running_since + 1, producer="a"),
-                                 job_id="llm", attempt=job.attempt, checkpoint_id="llm/a1/step-40", progress_ms=5,
-                                 step=40)
+    envelope = m.Envelope(event_id="c", cell=model.state.cell, at=job.running_since + 1, producer="a")
+    step = m.CheckpointCompleted(envelope=envelope, job_id="llm", attempt=job.attempt, checkpoint_id="llm/a1/step-40",
+                                 progress_ms=5, step=40)
     model.fold(model.state.offset + 1, step)
     assert model.checkpoint_step(job) == 40
 
