@@ -52,6 +52,12 @@ def epoch_from_env(env=os.environ) -> float | None:
     return float(raw) if raw else None
 
 
+def speedup_from_env(env=os.environ) -> float:
+    """$GANGWAY_SPEEDUP, how much faster than the wall clock event time runs for launchers and agents (default 1)."""
+    raw = env.get("GANGWAY_SPEEDUP", "").strip()
+    return float(raw) if raw else 1.0
+
+
 def run_clock(bootstrap_servers: str, topics: TopicNames, cells: Sequence[str], interval_s: float,
               clock: VirtualClock, max_ticks: int | None = None) -> int:
     """Ticks until SIGTERM / SIGINT (or `max_ticks` rounds); returns the number of rounds."""

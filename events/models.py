@@ -200,6 +200,10 @@ class JobSubmitted(Event):
     time_limit_ms: int | None = Field(default=None, description="wall-clock limit, used by backfill to plan around reservations")
     max_restarts: int = 3
     labels: dict[str, str] = Field(default_factory=dict)
+    command: list[str] = Field(default_factory=list, description="what each worker runs (program and its arguments); empty for simulated work")
+    env: dict[str, str] = Field(default_factory=dict, description="environment of each worker, on top of the agent's")
+    working_dir: str | None = Field(default=None, description="directory the workers start in (default: the agent's work directory for the worker)")
+    checkpoint_dir: str | None = Field(default=None, description="where the job keeps its checkpoints, shared by every attempt (GANGWAY_CHECKPOINT_DIR)")
 
 
 class JobCancelRequested(Event):
@@ -219,6 +223,7 @@ class NodeRegistered(Event):
     gpus: int
     labels: dict[str, str] = Field(default_factory=dict, description="topology level -> domain name")
     spare: bool = Field(default=False, description="hot spare: held back to replace failed nodes in its domain")
+    address: str | None = Field(default=None, description="host name or IP where the node's workers are reached (MASTER_ADDR of a gang whose worker 0 runs here)")
 
 
 class NodeHeartbeat(Event):
@@ -286,6 +291,7 @@ class CheckpointCompleted(Event):
     attempt: int
     checkpoint_id: str
     progress_ms: int
+    step: int | None = Field(default=None, description="the training step the checkpoint holds, as the job reported it; a resumed attempt starts there")
 
 
 class Tick(Event):

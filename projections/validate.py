@@ -48,7 +48,9 @@ class Refusal:
 
 
 _RUNS = (JobState.PLACED, JobState.RUNNING, JobState.PREEMPTING)
-_FREE_TEXT = frozenset({"detail", "message", "error"})
+#: Free text (messages, and what a job runs: its command, environment and paths) is bounded by MAX_DETAIL_LENGTH,
+#: not by the length of a name.
+_FREE_TEXT = frozenset({"detail", "message", "error", "command", "env", "working_dir", "checkpoint_dir"})
 
 
 def refusal(state, event: m.Event) -> Refusal | None:
@@ -93,9 +95,10 @@ def _oversized(event: m.Event, max_name: int) -> str:
         elif len(value) > MAX_LABELS:
             return f"{name} has {len(value)} entries, more than {MAX_LABELS}"
         else:
+            bound = MAX_DETAIL_LENGTH if name in _FREE_TEXT else max_name
             for item in (value.items() if isinstance(value, dict) else ((v, "") for v in value)):
-                if any(isinstance(part, str) and len(part) > max_name for part in item):
-                    return f"{name} holds an entry longer than {max_name} characters"
+                if any(isinstance(part, str) and len(part) > bound for part in item):
+                    return f"{name} holds an entry longer than {bound} characters"
     return ""
 
 

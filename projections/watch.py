@@ -1,15 +1,21 @@
 """`gangway watch`: a live terminal view of one cell, folded from its log like any projection:
-GPUs in use and queue depth per team, quota and borrowing, node health, and the latest decisions."""
+GPUs in use and queue depth per team, quota and borrowing, node health, and the latest decisions.
+Drawn with rich: a live screen on a terminal, plain text screens when piped."""
 
 from __future__ import annotations
 
 import argparse
+import io
 import os
 import signal
-import sys
 import time
 from collections import Counter, deque
 from dataclasses import dataclass, field
+
+from rich.console import Console, Group
+from rich.live import Live
+from rich.table import Table
+from rich.text import Text
 
 from events import models as m
 from events.reader import LogReader
@@ -35,18 +41,20 @@ class CellView:
             self.decided[type(event).__name__] += 1
             self.recent.append((offset, event))
 
-    def render(self) -> str:
+    def renderable(self) -> Group:
+        """The screen as rich renderables: the cell's totals, a row per team, the latest decisions."""
         state = self.state
         tenancy = state.tenancy
-        lines = [f"cell {state.cell or '-'}  offset {state.offset}  events {self.events:,}  "
-                 f"event time {time.strftime('%H:%M:%S', time.gmtime(state.now / 1000)) if state.now else '-'}"]
+        when = time.strftime("%H:%M:%S", time.gmtime(state.now / 1000)) if state.now else "-"
         nodes = list(state.cluster.nodes.values())
         gpus = sum(n.gpus for n in nodes if n.schedulable)
         busy = sum(len(n.holder) for n in nodes)
-        lines.append(f"nodes {len(nodes)} ({sum(n.failed for n in nodes)} failed, "
-                     f"{sum(n.cordoned for n in nodes)} cordoned)  GPUs in use {busy}/{gpus}")
-        lines.append("")
-        lines.append(f"{'team':14} {'in use':>7} {'nominal':>8} {'borrowed':>9} {'queued':>7} {'running':>8} {'done':>6}")
+        header = Text(f"cell {state.cell or '-'}  offset {state.offset}  events {self.events:,}  event time {when}\n"
+                      f"nodes {len(nodes)} ({sum(n.failed for n in nodes)} failed, "
+                      f"{sum(n.cordoned for n in nodes)} cordoned)  GPUs in use {busy}/{gpus}")
+        teams = Table(box=None, header_style="bold", pad_edge=False)
+        for name in ("team", "in use", "nominal", "borrowed", "queued", "running", "done"):
+            teams.add_column(name, justify="left" if name == "team" else "right")
         by_team: dict[str, Counter] = {}
         for job in state.jobs.values():
             by_team.setdefault(job.team, Counter())[job.state] += 1
@@ -54,15 +62,24 @@ class CellView:
             used = sum(v for (t, _), v in tenancy.usage.items() if t == team)
             nominal = sum(q.nominal for (t, _), q in tenancy.quotas.items() if t == team)
             counts = by_team.get(team, Counter())
-            lines.append(f"{team:14} {used:>7} {nominal:>8} {max(0, used - nominal):>9} {counts[JobState.QUEUED]:>7} "
-                         f"{counts[JobState.RUNNING] + counts[JobState.PLACED]:>8} {counts[JobState.SUCCEEDED]:>6}")
-        lines.append("")
-        lines.append("decisions: " + "  ".join(f"{k} {v}" for k, v in sorted(self.decided.items())))
-        lines.append("latest:")
+            borrowed = max(0, used - nominal)
+            teams.add_row(team, str(used), str(nominal), f"[yellow]{borrowed}[/]" if borrowed else "0",
+                          str(counts[JobState.QUEUED]), str(counts[JobState.RUNNING] + counts[JobState.PLACED]),
+                          str(counts[JobState.SUCCEEDED]))
+        decided = Text("decisions: " + "  ".join(f"{k} {v}" for k, v in sorted(self.decided.items())))
+        latest = Table(box=None, show_header=False, pad_edge=False, title="latest:", title_justify="left")
+        for _ in range(4):
+            latest.add_column()
         for offset, event in self.recent:
             subject = getattr(event, "job_id", None) or getattr(event, "node", "")
-            lines.append(f"  {offset:>7}  {type(event).__name__:20} {subject:22} {event.envelope.reason.value}")
-        return "\n".join(lines)
+            latest.add_row(str(offset), type(event).__name__, subject, event.envelope.reason.value)
+        return Group(header, Text(""), teams, Text(""), decided, latest)
+
+    def render(self, width: int = 120) -> str:
+        """The screen as plain text (no colours), for logs, summaries and tests."""
+        console = Console(file=io.StringIO(), width=width, no_color=True, force_terminal=False)
+        console.print(self.renderable())
+        return console.file.getvalue().rstrip("\n")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -86,13 +103,17 @@ def run(args: argparse.Namespace) -> int:
                     view.fold(record.offset, record.event)
             print(view.render())
             return 0
-        last = 0.0
-        while not stopping:
-            for record in reader.poll(0.2):
-                if record.event is not None:
-                    view.fold(record.offset, record.event)
-            if time.monotonic() - last >= args.interval:
-                sys.stdout.write("\x1b[H\x1b[2J" + view.render() + "\n")
-                sys.stdout.flush()
-                last = time.monotonic()
+        out = Console()
+        with Live(view.renderable(), console=out, auto_refresh=False, screen=out.is_terminal) as live:
+            last = 0.0
+            while not stopping:
+                for record in reader.poll(0.2):
+                    if record.event is not None:
+                        view.fold(record.offset, record.event)
+                if time.monotonic() - last >= args.interval:
+                    if out.is_terminal:
+                        live.update(view.renderable(), refresh=True)
+                    else:  # piped: one screen per interval, as text
+                        print(view.render(), "\n", flush=True)
+                    last = time.monotonic()
     return 0

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
-from types import ModuleType
+from typing import Any
 
 from events import broker_cli, load_cli, schemas_cli, topics_cli
 from projections import watch
@@ -14,10 +14,11 @@ from replay.api import cli as api_cli
 from replay.scenario import cli as scenario_cli
 from replay.sim import cli as sim_cli
 from services import run_cli
-from services.agent import fleet_cli
+from services.agent import agent_cli, fleet_cli
+from services.launcher import cli as launcher_cli
 
-# Each module provides `add_arguments(parser)` and `run(args) -> int`.
-SUBCOMMANDS: tuple[tuple[str, str, ModuleType], ...] = (
+# Each module (or command object) provides `add_arguments(parser)` and `run(args) -> int`, and may give an `example`.
+SUBCOMMANDS: tuple[tuple[str, str, Any], ...] = (
     ("demo", "the whole system on a local broker: services, a simulated fleet, teams replaying a trace, shown live",
      demo),
     ("kafka", "start, stop or inspect the local Apache Kafka broker (no Docker needed)", broker_cli),
@@ -32,6 +33,8 @@ SUBCOMMANDS: tuple[tuple[str, str, ModuleType], ...] = (
     ("scenario", "run scenario files in virtual time and check their expectations", scenario_cli),
     ("api", "the read-model query API (HTTP JSON, OpenAPI) and the live dashboard, with its projector", api_cli),
     ("sim", "replay job traces in virtual time under a policy (or compare policies) and measure", sim_cli),
+    *launcher_cli.COMMANDS,
+    ("agent", "run a node agent: register a node, heartbeat, run its placed workers as real processes", agent_cli),
 )
 
 
@@ -42,7 +45,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name, help_text, module in SUBCOMMANDS:
-        command = sub.add_parser(name, help=help_text, description=help_text)
+        example = getattr(module, "example", None) or getattr(module, "EXAMPLE", None)
+        command = sub.add_parser(name, help=help_text, description=help_text,
+                                 epilog=f"example: {example}" if example else None)
         module.add_arguments(command)
         command.set_defaults(run=module.run)
     return parser

@@ -26,6 +26,9 @@ import uuid
 from pathlib import Path
 
 from confluent_kafka.admin import AdminClient
+from rich.console import Console, Group
+from rich.live import Live
+from rich.text import Text
 
 from events import models as m
 from events.broker import KafkaSetupError, LocalKafka, quiet_logger
@@ -104,6 +107,7 @@ class Demo:
         self.first_placed: dict[str, int] = {}
         self.stopping = False
         self.reclaim: str | None = None
+        self.live: Live | None = None
         self.api_port = _free_port(args.api_port)
         self.operator_token = secrets.token_urlsafe(16)
         self.dashboard_url = f"http://127.0.0.1:{self.api_port}/#token={self.operator_token}"
@@ -128,6 +132,10 @@ class Demo:
                    "--checkpoint-every", "5m", "--checkpoint-delay", "20s", *speed,
                    "--fail-node", f"{CELL}-b0-r0-n0", "--fail-at", str(a.node_failure_at * 60))
         reader = LogReader([CELL], self.bootstrap, all_cells=[CELL], topics=self.topics)
+        console = Console()
+        if console.is_terminal:  # a live screen on a terminal; elsewhere a line every 10 s
+            self.live = Live(console=console, auto_refresh=False, screen=True)
+            self.live.start()
         began = time.monotonic()
         loaded = False
         last_screen = 0.0
@@ -149,6 +157,8 @@ class Demo:
                     last_screen = time.monotonic()
         finally:
             reader.close()
+            if self.live is not None:
+                self.live.stop()
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
 
@@ -175,10 +185,10 @@ class Demo:
                                       labels={"duration_ms": str(30 * 60_000)})])
 
     def _show(self, elapsed: float) -> None:
-        header = (f"Gangway demo  {elapsed:5.0f}/{self.args.duration:.0f} s  (event time x{self.args.speedup:g})"
-                  f"   Ctrl-C stops\ndashboard {self.dashboard_url}")
-        if sys.stdout.isatty():
-            sys.stdout.write("\x1b[H\x1b[2J" + header + "\n" + self.view.render() + "\n")
+        header = Text(f"Gangway demo  {elapsed:5.0f}/{self.args.duration:.0f} s  (event time x{self.args.speedup:g})"
+                      f"   Ctrl-C stops\ndashboard {self.dashboard_url}", style="bold")
+        if self.live is not None:
+            self.live.update(Group(header, self.view.renderable()), refresh=True)
         elif int(elapsed) % 10 == 0:
             state = self.view.state
             sys.stdout.write(f"[{elapsed:4.0f} s] offset {state.offset}, {len(state.jobs)} jobs, "

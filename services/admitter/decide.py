@@ -19,6 +19,7 @@ from events.models import Reason
 from projections.cell import CellState
 from projections.cluster import CELL
 from projections.jobs import Job, JobState
+from projections.tenancy import DEFAULT_PRIORITY
 from projections.validate import request_problem
 from services.core.decider import Context
 from services.core.placement import (
@@ -57,6 +58,10 @@ class Admitter:
     def decide(self, state: CellState, event: m.Event, ctx: Context) -> list[m.Decision]:
         decisions: list[m.Decision] = []
         if isinstance(event, m.JobSubmitted):
+            original = state.jobs.get(event.job_id)
+            if (original is not None and original.submit_offset != ctx.basis_offset
+                    and not resubmission_changes(state, original, event)):
+                return []  # the same submission again (a retried request): it is the job already there
             rejection = validate(state, event, ctx)
             if rejection is not None:
                 return [rejection]
@@ -128,7 +133,8 @@ def validate(state: CellState, e: m.JobSubmitted, ctx: Context) -> m.JobRejected
 def _problem(state: CellState, e: m.JobSubmitted, offset: int) -> tuple[Reason, str] | None:
     job = state.jobs.get(e.job_id)
     if job is None or job.submit_offset != offset:
-        return Reason.DUPLICATE_JOB, f"job id {e.job_id} is already in use"
+        changes = "; ".join(resubmission_changes(state, job, e)) if job is not None else ""
+        return Reason.DUPLICATE_JOB, f"job id {e.job_id} is already in use by another spec ({changes})"
     malformed = request_problem(e, state.limits)
     if malformed is not None:
         return malformed
@@ -161,6 +167,21 @@ def _problem(state: CellState, e: m.JobSubmitted, offset: int) -> tuple[Reason, 
             return (Reason.LARGER_THAN_TOPOLOGY_DOMAIN,
                     f"{fewest} workers do not fit in any {e.topology_required} (largest holds {max(slots.values())})")
     return None
+
+
+#: What a job keeps of its submission, and so what a second submission under its id is compared on.
+_KEPT = ("team", "workers", "gpus_per_worker", "gpu_type", "min_workers", "topology_required", "topology_preferred",
+         "time_limit_ms", "max_restarts")
+
+
+def resubmission_changes(state: CellState, job: Job, e: m.JobSubmitted) -> list[str]:
+    """How a submission under a known job id differs from that job ('field old -> new'); none: it is the same."""
+    changes = [f"{name} {getattr(job, name)!r} -> {getattr(e, name)!r}" for name in _KEPT
+               if getattr(job, name) != getattr(e, name)]
+    priority = state.tenancy.priority_classes.get(e.priority_class or "", DEFAULT_PRIORITY).value
+    if priority != job.priority:
+        changes.append(f"priority {job.priority} -> {priority}")
+    return changes
 
 
 def admission_cycle(state: CellState, ctx: Context, only: Job | None = None, refresh: bool = True) -> list[m.Decision]:

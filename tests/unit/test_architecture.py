@@ -17,6 +17,10 @@ SHELL_MODULES = {
     # The simulated fleet and the trace loader play node agents and launchers, outside the control
     # plane: they read the clock, draw seeded failures and write to Kafka.
     "services/agent/failures.py", "services/agent/fleet_cli.py", "events/load_cli.py",
+    # The real node agent runs processes and heartbeats on the wall clock; the launcher SDK and its
+    # commands write requests to Kafka and wait on the clock.
+    "services/agent/real.py", "services/agent/agent_cli.py", "services/agent/gpu_health.py",
+    "services/launcher/client.py", "services/launcher/cli.py",
     # the trace-driven simulator: wall-clock timing, seeded failure draws, files and plots
     "replay/sim/run.py", "replay/sim/cli.py", "replay/sim/report.py",
 }

@@ -1,0 +1,139 @@
+"""`gangway agent`: one real node agent (services/agent/real.py) on Kafka: reads the cell's log, runs the
+node's workers as processes, and writes what it sees (registration, heartbeats, starts, exits, checkpoints)."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import socket
+import sys
+import time
+from pathlib import Path
+
+from events.clock import VirtualClock, epoch_from_env, speedup_from_env
+from events.durations import parse_duration
+from events.launcher.spec import valid_name
+from events.log import EventProducer
+from events.reader import LogReader
+from events.topics import cells_from_env, topic_names, topic_prefix
+from services.agent.real import AgentConfig, NodeAgent
+
+log = logging.getLogger("gangway.agent")
+POLL_S = 0.05  # longest wait for the log between rounds: how soon a placement is acted on
+EXAMPLE = "gangway agent --node gpu-1 --gpus 8 --gpu-type H100 --rack r1 --block b1 --work-dir /var/lib/gangway"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--node", required=True, help="the node's name (one agent per node)")
+    parser.add_argument("--gpus", type=int, required=True, help="GPUs on the node (CUDA indices 0..N-1)")
+    parser.add_argument("--gpu-type", required=True, help="e.g. H100")
+    parser.add_argument("--rack", required=True)
+    parser.add_argument("--block", required=True)
+    parser.add_argument("--work-dir", type=Path, default=None,
+                        help="workers' directories and logs (default ~/.gangway/agents/NODE)")
+    parser.add_argument("--address", default="127.0.0.1",
+                        help="where other nodes reach this one (MASTER_ADDR of gangs whose rank 0 runs here)")
+    parser.add_argument("--checkpoint-signal", default="USR1",
+                        help="the signal that asks a preempted job to checkpoint (default USR1)")
+    parser.add_argument("--stop-grace", type=parse_duration, default=10_000, metavar="DURATION",
+                        help="wall time from SIGTERM to SIGKILL when stopping workers (default 10s)")
+    parser.add_argument("--heartbeat-every", type=parse_duration, default=5_000, metavar="DURATION",
+                        help="event time between heartbeats (default 5s: recovery fails a node after 30s of silence)")
+    parser.add_argument("--drain-on-exit", action="store_true",
+                        help="on SIGTERM / Ctrl-C stop the workers first (default: they keep running and a "
+                             "restarted agent adopts them)")
+    parser.add_argument("--cells", default=",".join(cells_from_env()),
+                        help="comma-separated cells in partition order (default: $GANGWAY_CELLS or cell-a)")
+    parser.add_argument("--cell", default=None, help="the node's cell (default: the first of --cells)")
+    parser.add_argument("--bootstrap-servers", default=os.environ.get("KAFKA_BOOTSTRAP_SERVERS", "127.0.0.1:9092"))
+    parser.add_argument("--speedup", type=float, default=speedup_from_env(),
+                        help="event time runs this many times faster, as the clock's (default $GANGWAY_SPEEDUP or 1)")
+    parser.add_argument("--epoch", type=float, default=epoch_from_env(),
+                        help="Unix seconds at which event time equals wall time (default $GANGWAY_EPOCH, else now)")
+    parser.add_argument("-v", "--verbose", action="store_true")
+
+
+def run(args: argparse.Namespace) -> int:
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
+                        format="%(asctime)s %(name)s %(message)s")
+    cells = tuple(c.strip() for c in args.cells.split(",") if c.strip())
+    cell = args.cell or cells[0]
+    problem = _usage_problem(args, cells, cell)
+    if problem:
+        print(f"gangway agent: {problem}", file=sys.stderr)
+        return 2
+    work_dir = (args.work_dir or Path(f"~/.gangway/agents/{args.node}")).expanduser().resolve()
+    work_dir.mkdir(parents=True, exist_ok=True)
+    config = AgentConfig(args.node, args.gpus, args.gpu_type, args.rack, args.block, work_dir, args.address,
+                         signal.Signals[f"SIG{args.checkpoint_signal.upper().removeprefix('SIG')}"],
+                         args.stop_grace / 1000, args.heartbeat_every / 1000 / args.speedup)
+    clock = VirtualClock.anchored(args.speedup, args.epoch)
+    run_agent(NodeAgent(config, cell), args.bootstrap_servers, cells, clock, args.drain_on_exit)
+    return 0
+
+
+def _usage_problem(args: argparse.Namespace, cells: tuple[str, ...], cell: str) -> str | None:
+    if cell not in cells:
+        return f"unknown cell {cell!r}; cells: {', '.join(cells)}"
+    for name in ("node", "gpu_type", "rack", "block"):
+        if not valid_name(getattr(args, name)):
+            return f"--{name.replace('_', '-')} {getattr(args, name)!r}: use letters, digits, '.', '_' and '-'"
+    if args.gpus < 1:
+        return "--gpus must be at least 1"
+    if f"SIG{args.checkpoint_signal.upper().removeprefix('SIG')}" not in signal.Signals.__members__:
+        return f"--checkpoint-signal {args.checkpoint_signal!r} is not a signal (e.g. USR1, USR2, INT)"
+    try:
+        socket.getaddrinfo(args.address, None)
+    except OSError:
+        return f"--address {args.address!r} does not resolve"
+    return None
+
+
+def run_agent(agent: NodeAgent, bootstrap: str, cells: tuple[str, ...], clock: VirtualClock,
+              drain_on_exit: bool = False) -> None:
+    """Catch up with the log (folding, not reacting), register and adopt, then react until SIGTERM / SIGINT."""
+    stopping: list[bool] = []
+    signal.signal(signal.SIGTERM, lambda *_: stopping.append(True))
+    signal.signal(signal.SIGINT, lambda *_: stopping.append(True))
+    topics = topic_names()
+    # One transactional id per node: a restarted agent fences the old one and aborts what it left open.
+    producer = EventProducer(bootstrap, f"{topic_prefix()}gangway-agent-{agent.node}", topics, cells)
+    reader = LogReader([agent.cell], bootstrap, all_cells=cells, topics=topics)
+    try:
+        for record in reader.read():
+            if record.event is not None:
+                agent.observe(record.offset, record.event, clock.now_ms(), live=False)
+        agent.start(clock.now_ms())
+        log.info("agent of %s is up (%d GPUs %s)", agent.node, agent.config.gpus, agent.config.gpu_type)
+        draining_since = None
+        while True:
+            if stopping and draining_since is None:
+                if not drain_on_exit:
+                    break
+                draining_since = time.monotonic()
+                agent.stop_all()
+            if draining_since is not None and not agent.live_workers():
+                break
+            for record in reader.poll(POLL_S):
+                if record.event is not None:
+                    agent.observe(record.offset, record.event, clock.now_ms())
+            if draining_since is None:
+                agent.step(clock.now_ms())
+            else:
+                agent.collect(clock.now_ms())
+            _write(producer, agent)
+        _write(producer, agent)
+    finally:
+        reader.close()
+        producer.flush()
+
+
+def _write(producer: EventProducer, agent: NodeAgent) -> None:
+    events = agent.drain()
+    if not events:
+        return
+    with producer.transaction():
+        for event, heartbeat in events:
+            (producer.produce_heartbeat if heartbeat else producer.produce)(event)
