@@ -43,6 +43,8 @@ from projections.watch import CellView
 CELL = "cell-a"
 TRACES = ("cluster03.csv", "cluster04.csv", "cluster07.csv")
 
+ROOT = Path(__file__).resolve().parents[1]  # children run this checkout's code, wherever the demo started
+
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--duration", type=float, default=120.0, help="wall-clock seconds to run (default 120)")
@@ -115,7 +117,7 @@ class Demo:
     def start(self, name: str, *argv: str) -> None:
         log = open(self.state_dir / f"{name}.log", "wb")  # noqa: SIM115 - the child owns it
         self.children[name] = subprocess.Popen([sys.executable, "-m", "replay.cli", *argv], env=self.env,
-                                               stdout=log, stderr=subprocess.STDOUT)
+                                               stdout=log, stderr=subprocess.STDOUT, cwd=ROOT)
 
     def play(self) -> None:
         a = self.args

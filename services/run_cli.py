@@ -72,7 +72,10 @@ def _run_all(args: argparse.Namespace) -> int:
     common = ["--epoch", repr(epoch), "--bootstrap-servers", args.bootstrap_servers, "--cells", args.cells,
               "--state-dir", str(args.state_dir), "--tick-interval", str(args.tick_interval),
               "--speedup", str(args.speedup), "--policy", args.policy] + (["-v"] if args.verbose else [])
-    children = [subprocess.Popen([sys.executable, "-m", "replay.cli", "run", name, *common]) for name in EVERYTHING]
+    # Started from this checkout, whatever the caller's directory holds (`-m` looks there first).
+    root = Path(__file__).resolve().parents[1]
+    children = [subprocess.Popen([sys.executable, "-m", "replay.cli", "run", name, *common], cwd=root)
+                for name in EVERYTHING]
     stop = lambda *_: [c.send_signal(signal.SIGTERM) for c in children if c.poll() is None]  # noqa: E731
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)

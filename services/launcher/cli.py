@@ -14,7 +14,7 @@ from rich.live import Live
 from rich.spinner import Spinner
 
 from events.broker import cluster_node_ids
-from events.launcher.spec import SpecError
+from events.launcher.spec import SpecError, load_documents
 from projections.jobs import JobState
 from services.launcher.client import Client, JobStatus, LauncherError
 from services.launcher.output import FORMATS, age, console, emit, table_of
@@ -83,6 +83,8 @@ def _submit_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _submit(args: argparse.Namespace) -> int:
+    for path in args.files:  # a document's own mistakes are told before any broker is asked
+        load_documents(path, args.team)
     with _client(args) as client:
         known = set(client.refresh().submissions)
         ids = client.submit_all(args.files, team=args.team, job_id=args.job_id, request_id=args.request_id)

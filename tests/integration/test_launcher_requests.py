@@ -24,9 +24,9 @@ JOB = {"kind": "Job", "metadata": {"name": "train", "team": "vision"},
        "spec": {"workers": 2, "gpus_per_worker": 1, "gpu_type": "CPU", "command": ["python", "train.py"]}}
 
 
-def gangway(*args: str, cwd: Path) -> subprocess.CompletedProcess:
+def gangway(*args: str, cwd: Path, bootstrap: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "replay.cli", *args], cwd=cwd, capture_output=True, text=True,
-                          env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=60)
+                          env={**os.environ, "PYTHONPATH": str(ROOT), "KAFKA_BOOTSTRAP_SERVERS": bootstrap}, timeout=60)
 
 
 def end_offset(client: Client) -> int:
@@ -64,21 +64,21 @@ def test_refused_requests_write_nothing(kafka_bootstrap, gangway_topics, tmp_pat
         "level.yaml": (variant(topology={"required": "row"}), "topology level 'row' is not one of: block, rack, node"),
     }
     for name, (document, message) in refused.items():
-        result = gangway("submit", str(write(tmp_path / name, document)), cwd=tmp_path)
+        result = gangway("submit", str(write(tmp_path / name, document)), cwd=tmp_path, bootstrap=kafka_bootstrap)
         assert result.returncode == 1, (name, result.stdout, result.stderr)
         assert message in result.stderr and result.stdout == "", (name, result.stderr)
         assert len(result.stderr.strip().splitlines()) == 1, result.stderr
-    assert gangway("submit", cwd=tmp_path).returncode == 2, "usage errors exit 2"
-    assert gangway("cancel", "nobody", cwd=tmp_path).returncode == 1
+    assert gangway("submit", cwd=tmp_path, bootstrap=kafka_bootstrap).returncode == 2, "usage errors exit 2"
+    assert gangway("cancel", "nobody", cwd=tmp_path, bootstrap=kafka_bootstrap).returncode == 1
     assert end_offset(client) == before, "nothing was written"
 
     # The same submission twice is one job; the same id with another spec is refused, naming what differs.
-    first = gangway("submit", str(write(tmp_path / "job.yaml", JOB)), cwd=tmp_path)
+    first = gangway("submit", str(write(tmp_path / "job.yaml", JOB)), cwd=tmp_path, bootstrap=kafka_bootstrap)
     assert (first.returncode, first.stdout) == (0, "job/train submitted\n"), first.stderr
-    again = gangway("submit", str(tmp_path / "job.yaml"), cwd=tmp_path)
+    again = gangway("submit", str(tmp_path / "job.yaml"), cwd=tmp_path, bootstrap=kafka_bootstrap)
     assert (again.returncode, again.stdout) == (0, "job/train unchanged\n"), again.stderr
     written = end_offset(client)
-    other = gangway("submit", str(write(tmp_path / "other.yaml", variant(workers=3))), cwd=tmp_path)
+    other = gangway("submit", str(write(tmp_path / "other.yaml", variant(workers=3))), cwd=tmp_path, bootstrap=kafka_bootstrap)
     assert other.returncode == 1 and "job id train is taken by another spec (workers: 2 -> 3)" in other.stderr
     with pytest.raises(LauncherError, match="taken by another spec"):
         client.submit(variant(workers=3))
