@@ -206,3 +206,22 @@ def _owned_by(state_dir: Path, process: str) -> set[str]:
 def _owners(state_dir: Path, service: str) -> dict[str, str]:
     """cell -> the replica that owns it now."""
     return {cell: replica for replica in ("1", "2") for cell in _owned_by(state_dir, f"{service}{replica}")}
+
+
+def test_a_store_refuses_to_resume_on_another_log(kafka_bootstrap, gangway_topics, topic_prefix, kafka_admin,
+                                                   kafka_replication_factor, tmp_path: Path, monkeypatch):
+    plane = ControlPlane(kafka_bootstrap, tmp_path)
+    plane.start("admitter")
+    operator = Operator(kafka_bootstrap, gangway_topics)
+    try:
+        operator.cell(nodes=1)
+        operator.submit("first")
+        read_log(kafka_bootstrap, gangway_topics, until=lambda events: any(isinstance(e, m.JobAdmitted) for e in events))
+    finally:
+        plane.stop_all()
+    other = f"{topic_prefix}other."  # fresh topics: offsets there mean nothing to the store folded above
+    ensure_topics(kafka_admin, ["cell-a"], kafka_replication_factor, prefix=other)
+    monkeypatch.setenv("GANGWAY_TOPIC_PREFIX", other)
+    plane.start("admitter")
+    assert plane.processes["admitter"].wait(60) == 1
+    assert "was folded from" in (tmp_path / "admitter.log").read_text()

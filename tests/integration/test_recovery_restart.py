@@ -1,0 +1,49 @@
+"""Recovery down for longer than the heartbeat timeout, at real-time speed: when it comes back it sees the
+heartbeats it would have seen running (it reads the heartbeat topic from where its store left off), so the
+live nodes are not failed; the node that really died meanwhile is, and its job is interrupted."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+from events import models as m
+from tests.integration.control_plane import ControlPlane, Operator, read_log
+
+pytestmark = [pytest.mark.kafka, pytest.mark.slow]
+POLICY = "gangway-1+recovery.heartbeat_timeout_ms=4000"  # a short timeout keeps the test short
+NODES = [f"cell-a-b0-r0-n{i}" for i in range(4)]
+
+
+def test_a_restarted_recovery_fails_only_the_node_that_died(kafka_bootstrap, gangway_topics, tmp_path: Path):
+    plane = ControlPlane(kafka_bootstrap, tmp_path)
+    epoch = repr(time.time())
+    try:
+        for service in ("admitter", "placer", "preemptor", "recovery"):
+            plane.command(service, "run", service, "--state-dir", str(tmp_path / "main"), "--policy", POLICY, "-v")
+        plane.command("clock", "run", "clock", "--tick-interval", "0.5", "--epoch", epoch)
+        plane.command("fleet", "fleet", "--nodes", "4", "--nodes-per-rack", "4", "--heartbeat-every", "1s",
+                      "--epoch", epoch, "--fail-node", NODES[3], "--fail-at", "6")
+        operator = Operator(kafka_bootstrap, gangway_topics)
+        operator.write(m.TeamDefined(envelope=operator.envelope(), team="nlp"),
+                       m.QuotaSet(envelope=operator.envelope(), team="nlp", gpu_type="H100", nominal=1000))
+        read_log(kafka_bootstrap, gangway_topics, timeout=30,
+                 until=lambda events: sum(isinstance(e, m.NodeRegistered) for e in events) == 4)
+        operator.submit("wide", workers=4, gpus=8)  # one worker per node, so the lost node holds part of it
+        read_log(kafka_bootstrap, gangway_topics, timeout=30,
+                 until=lambda events: any(isinstance(e, m.WorkerStarted) and e.job_id == "wide" for e in events))
+        plane.kill("recovery")  # down for 12 s: three times the timeout; the node dies 6 s after the job starts
+        time.sleep(12)
+        plane.command("recovery", "run", "recovery", "--state-dir", str(tmp_path / "main"), "--policy", POLICY, "-v")
+        logged = read_log(kafka_bootstrap, gangway_topics, timeout=40, until=lambda events: any(
+            isinstance(e, m.JobInterrupted) and e.job_id == "wide" for e in events))
+        time.sleep(4)  # longer than the timeout again, with recovery running
+        logged = read_log(kafka_bootstrap, gangway_topics, timeout=5, until=lambda events: False)
+    finally:
+        plane.stop_all()
+    failed = [e.node for _, e in logged if isinstance(e, m.NodeFailed)]
+    assert failed == [NODES[3]], f"only the node that died is failed:\n{plane.tails()}"
+    interrupted = [e for _, e in logged if isinstance(e, m.JobInterrupted)]
+    assert [(e.job_id, e.node) for e in interrupted] == [("wide", NODES[3])]
