@@ -31,6 +31,13 @@ class Reason(StrEnum):
     HOLDS_RESERVATION = "HOLDS_RESERVATION"
     NOT_PLACEABLE_NOW = "NOT_PLACEABLE_NOW"
     REQUEUED = "REQUEUED"
+    WOULD_DELAY_QUEUE_HEAD = "WOULD_DELAY_QUEUE_HEAD"
+    # capacity held for a waiting gang
+    HELD_FOR_PREEMPTION = "HELD_FOR_PREEMPTION"
+    HELD_THROUGH_BACKOFF = "HELD_THROUGH_BACKOFF"
+    HOLD_EXPIRED = "HOLD_EXPIRED"
+    HOLD_STALE = "HOLD_STALE"
+    NO_LONGER_NEEDED = "NO_LONGER_NEEDED"
     # rejection of invalid requests
     NO_GPUS_REQUESTED = "NO_GPUS_REQUESTED"
     UNKNOWN_TEAM = "UNKNOWN_TEAM"
@@ -155,12 +162,32 @@ class CohortDefined(Event):
     parent: str | None = None
 
 
+class PreemptionRule(StrEnum):
+    """Kueue's vocabulary for whom a team's waiting gangs may preempt (each knob allows some of these)."""
+
+    NEVER = "Never"
+    LOWER_PRIORITY = "LowerPriority"
+    LOWER_OR_NEWER_EQUAL_PRIORITY = "LowerOrNewerEqualPriority"
+    ANY = "Any"
+
+
 class TeamDefined(Event):
-    """A team (queue) in a cohort, with its fair-sharing weight in thousandths."""
+    """A team (queue) in a cohort, with its fair-sharing weight in thousandths and its preemption policy (Kueue's
+    ClusterQueue `preemption`); a rule left null follows the policy's default (services/preemptor/policy.py)."""
 
     team: str
     cohort: str | None = None
     weight_milli: int = 1000
+    within_team: PreemptionRule | None = Field(
+        default=None, description="victims in the team itself: Never, LowerPriority or LowerOrNewerEqualPriority")
+    reclaim_within_cohort: PreemptionRule | None = Field(
+        default=None, description="when its gang fits its nominal quota, victims in borrowing teams of its cohort: "
+                                  "Never, LowerPriority or Any")
+    borrow_within_cohort: PreemptionRule | None = Field(
+        default=None, description="when its gang must borrow, victims in borrowing teams of its cohort: Never or "
+                                  "LowerPriority")
+    max_priority_threshold: int | None = Field(
+        default=None, description="with borrow_within_cohort: only victims of at most this priority")
 
 
 class QuotaSet(Event):
@@ -355,6 +382,13 @@ class JobAdmitted(Decision):
     domain: str | None = None
 
 
+class CapacityReleased(Decision):
+    """A hold ends without the gang having been admitted on it; the detail says why."""
+
+    job_id: str
+    detail: str = ""
+
+
 # --- decisions: placer ---------------------------------------------------------------------
 
 
@@ -385,12 +419,38 @@ class PreemptionRequested(Decision):
     checkpoint_deadline: int
 
 
+class PreemptionWithdrawn(Decision):
+    """The gang a victim was making room for no longer needs it (admitted on other capacity, or ended) before the
+    victim was preempted: the victim keeps running (a checkpoint it took meanwhile is kept like any other)."""
+
+    job_id: str
+    for_job_id: str
+    detail: str = ""
+
+
 class JobPreempted(Decision):
     """The victim's GPUs and quota are released; it is requeued to resume from its checkpoint."""
 
     job_id: str
     for_job_id: str
     checkpoint_id: str | None = None
+
+
+class CapacityHeld(Decision):
+    """GPUs and quota held for one waiting gang, which alone may use them, until it is admitted, ends, or `until`
+    passes: what a preemption frees for the gang it was made for (the preemptor), or a failed node's gang's
+    surviving GPUs and the spare that replaces the node, through its back-off (recovery). `assignments` is the
+    gang's planned placement: GPUs free now or held by `victims`, which the preemptor asks to checkpoint once
+    the hold is on the log."""
+
+    job_id: str
+    team: str
+    gpu_type: str
+    gpus: int = Field(description="quota held for the gang: the GPUs it will take")
+    assignments: list[WorkerAssignment] = Field(default_factory=list)
+    victims: list[str] = Field(default_factory=list, description="jobs to preempt for it, by the deadline `until`")
+    until: int = Field(description="the gang is admitted by then, or the admitter releases the hold")
+    detail: str = ""
 
 
 # --- decisions: recovery -------------------------------------------------------------------
@@ -514,7 +574,10 @@ EVENT_TYPES: tuple[type[Event], ...] = (
     JobPlaced,
     PlacementPending,
     PreemptionRequested,
+    PreemptionWithdrawn,
     JobPreempted,
+    CapacityHeld,
+    CapacityReleased,
     NodeFailed,
     GpuFaulted,
     NodeRecovered,

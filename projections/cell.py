@@ -40,6 +40,7 @@ class CellState:
     _queued_needs: dict[str, tuple[tuple, tuple]] = field(default_factory=dict, repr=False)
     last_heartbeat: dict[str, int] = field(default_factory=dict)
     reservations: dict[str, tuple[str, ...]] = field(default_factory=dict)  # queued job -> nodes draining for it
+    holds: set[str] = field(default_factory=set)  # job ids with capacity held for them (CapacityHeld)
     #: keys of the snapshot rows changed since a store last saved them (see projections/snapshot.py)
     dirty: set[str] = field(default_factory=set, compare=False, repr=False)
 

@@ -25,6 +25,7 @@ class Node:
     retired: frozenset[int] = frozenset()
     holder: dict[int, str] = field(default_factory=dict)  # GPU index -> job id holding it
     reserved_for: str | None = None  # a queued gang that holds this node as its reservation
+    claimed: dict[int, str] = field(default_factory=dict)  # GPU index -> waiting gang it is held for (CapacityHeld)
 
     @property
     def in_service(self) -> bool:
@@ -40,10 +41,13 @@ class Node:
         return self.gpus - len(self.retired)
 
     def free_indices(self) -> list[int]:
-        return [i for i in range(self.gpus) if i not in self.holder and i not in self.retired]
+        return [i for i in range(self.gpus) if i not in self.holder and i not in self.retired and i not in self.claimed]
 
     @property
     def free(self) -> int:
+        """GPUs that no job holds, no waiting gang has claimed and that are not retired."""
+        if self.claimed:
+            return self.gpus - len(self.holder.keys() | self.retired | self.claimed.keys())
         return self.gpus - len(self.holder) - len(self.retired - self.holder.keys())
 
     def jobs(self) -> list[str]:
@@ -85,6 +89,7 @@ class Cluster:
     counted: dict[str, int] = field(default_factory=dict)  # node -> free count it is indexed under
     #: gpu type -> GPUs per node -> number of (non-spare) nodes of that size, for validating requests
     sizes: dict[str, dict[int, int]] = field(default_factory=dict)
+    claimed_on: set[str] = field(default_factory=set)  # nodes with GPUs held for a waiting gang
     changed: set[str] = field(default_factory=set, compare=False, repr=False)  # nodes changed since last saved
 
     def add(self, node: Node) -> None:
@@ -100,6 +105,7 @@ class Cluster:
         """Rebuilds the domain lists and the capacity index (after the topology levels change)."""
         self.histogram.clear(), self.domains.clear(), self.members.clear(), self.by_free.clear()
         self.counted.clear()
+        self.claimed_on.clear()
         self.by_type.clear()
         self.sizes.clear()
         for name in sorted(self.nodes):
@@ -130,6 +136,10 @@ class Cluster:
     def recount(self, node: Node) -> None:
         """Re-indexes one node after its GPUs, health or flags changed."""
         self.changed.add(node.name)
+        if node.claimed:
+            self.claimed_on.add(node.name)
+        else:
+            self.claimed_on.discard(node.name)
         self._uncount(node)
         if node.schedulable:
             free = node.free

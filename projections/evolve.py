@@ -17,8 +17,8 @@ from events import models as m
 from projections.cell import CellState
 from projections.cluster import Node, domain_ids
 from projections.jobs import Checkpoint, Job, JobState
-from projections.tenancy import DEFAULT_PRIORITY, PriorityClass, Quota, Team
-from projections.validate import Limits, Refusal, refusal, request_problem
+from projections.tenancy import DEFAULT_PRIORITY, PriorityClass, Quota, Team, TeamPreemption
+from projections.validate import Limits, Refusal, refusal, request_problem, team_problem
 
 SUPERSEDED = "SUPERSEDED"
 
@@ -125,8 +125,31 @@ def _drop_reservation(state: CellState, job: Job) -> None:
     state.reservations.pop(job.job_id, None)
 
 
+def _drop_hold(state: CellState, job: Job) -> None:
+    """Gives back the capacity held for the job: its claimed GPUs and its held quota."""
+    if not job.has_hold:
+        return
+    for _, name, gpus in job.held:
+        node = state.cluster.nodes.get(name)
+        if node is None:
+            continue
+        for g in gpus:
+            if node.claimed.get(g) == job.job_id:
+                del node.claimed[g]
+        state.cluster.recount(node)
+    key = (job.team, job.gpu_type)
+    held = state.tenancy.held.get(key, 0) - job.held_quota
+    if held:
+        state.tenancy.held[key] = held
+    else:
+        state.tenancy.held.pop(key, None)
+    job.held, job.held_quota, job.hold_victims, job.hold_until = (), 0, (), None
+    state.holds.discard(job.job_id)
+
+
 def _end(state: CellState, job: Job, final: JobState, at: int) -> None:
     _release(state, job)
+    _drop_hold(state, job)
     state.set_state(job, final)
     job.ended_at = at
 
@@ -148,7 +171,12 @@ def _cohort_defined(state: CellState, e: m.CohortDefined, offset: int) -> None:
 
 
 def _team_defined(state: CellState, e: m.TeamDefined, offset: int) -> None:
-    state.tenancy.teams[e.team] = Team(e.team, e.cohort, e.weight_milli)
+    if team_problem(e) is not None:
+        return  # the admitter rejects it; the team stays as it was
+    rules = TeamPreemption(*(None if rule is None else rule.value
+                             for rule in (e.within_team, e.reclaim_within_cohort, e.borrow_within_cohort)),
+                           e.max_priority_threshold)
+    state.tenancy.teams[e.team] = Team(e.team, e.cohort, e.weight_milli, rules)
     if e.cohort is not None:
         state.tenancy.cohort_parent.setdefault(e.cohort, None)
     state.tenancy.configuration_changed()
@@ -179,6 +207,7 @@ def _node_registered(state: CellState, e: m.NodeRegistered, offset: int) -> None
         node.holder = {i: j for i, j in old.holder.items() if i < e.gpus}
         node.retired = frozenset(i for i in old.retired if i < e.gpus)
         node.reserved_for, node.cordoned = old.reserved_for, old.cordoned
+        node.claimed = {i: j for i, j in old.claimed.items() if i < e.gpus}
         node.failed, node.fault_cordoned, node.activated = old.failed, old.fault_cordoned, old.activated
     state.cluster.add(node)
 
@@ -266,13 +295,15 @@ def _job_admitted(state: CellState, e: m.JobAdmitted, offset: int) -> None:
             _note(job, e, offset, SUPERSEDED)
         return
     count = _admitted_count(job, e.gpus)
-    fit = state.tenancy.admissible(job.team, job.gpu_type, e.gpus) if count else None
+    usage = state.tenancy.committed(job)  # quota held for other gangs is not this one's to take
+    fit = state.tenancy.admissible(job.team, job.gpu_type, e.gpus, usage=usage) if count else None
     if fit is None or not fit.fits or fit.borrowed > e.borrowed:
         _note(job, e, offset, SUPERSEDED)  # an admission folded since took the quota this one was decided on
         return
     _decided_about(state, e, offset)
     _note(job, e, offset)
     _drop_reservation(state, job)
+    _drop_hold(state, job)
     key = (job.team, job.gpu_type)
     state.tenancy.usage[key] = state.tenancy.usage.get(key, 0) + e.gpus
     job.admitted_workers = count
@@ -298,7 +329,7 @@ def _assignable(state: CellState, job: Job, assignments: list[m.WorkerAssignment
         node = nodes.get(a.node)
         if (node is None or not node.schedulable or node.gpu_type != job.gpu_type or len(a.gpus) != job.gpus_per_worker
                 or any(node.holder.get(g, job.job_id) != job.job_id or g in node.retired or not 0 <= g < node.gpus
-                       for g in a.gpus)):
+                       or node.claimed.get(g, job.job_id) != job.job_id for g in a.gpus)):
             return False
     return True
 
@@ -406,6 +437,17 @@ def _preemption_requested(state: CellState, e: m.PreemptionRequested, offset: in
     state.set_state(victim, JobState.PREEMPTING)
 
 
+def _preemption_withdrawn(state: CellState, e: m.PreemptionWithdrawn, offset: int) -> None:
+    victim = state.jobs.get(e.job_id)
+    if victim is None or victim.state is not JobState.PREEMPTING or victim.preempted_for != e.for_job_id:
+        return
+    _decided_about(state, e, offset)
+    _note(victim, e, offset)
+    victim.preempted_for = None
+    victim.preemption_deadline = None
+    state.set_state(victim, JobState.RUNNING)
+
+
 def _job_preempted(state: CellState, e: m.JobPreempted, offset: int) -> None:
     job = state.jobs.get(e.job_id)
     if job is None or job.state is not JobState.PREEMPTING:
@@ -415,7 +457,46 @@ def _job_preempted(state: CellState, e: m.JobPreempted, offset: int) -> None:
     _release(state, job)
     job.attempt += 1
     job.not_before = _at(state, e)
+    if e.for_job_id and e.for_job_id not in job.yielded_to:
+        job.yielded_to = (*job.yielded_to, e.for_job_id)
     state.set_state(job, JobState.QUEUED)
+
+
+def _capacity_held(state: CellState, e: m.CapacityHeld, offset: int) -> None:
+    """Claims the planned GPUs for the gang (those free now, and those its victims or its own interrupted attempt
+    still hold, which stay claimed when they are released) and holds its quota; a hold replaces the gang's last."""
+    job = state.jobs.get(e.job_id)
+    if job is None or job.ended or (job.team, job.gpu_type) != (e.team, e.gpu_type):
+        if job is not None:
+            _note(job, e, offset, SUPERSEDED)
+        return
+    _decided_about(state, e, offset)
+    _note(job, e, offset)
+    _drop_hold(state, job)
+    held = []
+    for a in e.assignments:
+        node = state.cluster.nodes.get(a.node)
+        if node is None or node.gpu_type != job.gpu_type:
+            continue
+        gpus = tuple(g for g in a.gpus if 0 <= g < node.gpus and g not in node.retired
+                     and node.claimed.get(g, job.job_id) == job.job_id)
+        for g in gpus:
+            node.claimed[g] = job.job_id
+        state.cluster.recount(node)
+        held.append((a.worker, a.node, gpus))
+    job.held, job.held_quota, job.hold_victims, job.hold_until = tuple(held), max(0, e.gpus), tuple(e.victims), e.until
+    key = (job.team, job.gpu_type)
+    state.tenancy.held[key] = state.tenancy.held.get(key, 0) + job.held_quota
+    state.holds.add(job.job_id)
+
+
+def _capacity_released(state: CellState, e: m.CapacityReleased, offset: int) -> None:
+    job = state.jobs.get(e.job_id)
+    if job is None or not job.has_hold:
+        return
+    _decided_about(state, e, offset)
+    _note(job, e, offset)
+    _drop_hold(state, job)
 
 
 def _job_interrupted(state: CellState, e: m.JobInterrupted, offset: int) -> None:
@@ -475,7 +556,10 @@ _HANDLERS: dict[type, Callable] = {
     m.WorkerExited: _worker_exited,
     m.CheckpointCompleted: _checkpoint_completed,
     m.PreemptionRequested: _preemption_requested,
+    m.PreemptionWithdrawn: _preemption_withdrawn,
     m.JobPreempted: _job_preempted,
+    m.CapacityHeld: _capacity_held,
+    m.CapacityReleased: _capacity_released,
     m.JobInterrupted: _job_interrupted,
     m.JobRequeued: _job_requeued,
     m.JobSucceeded: _job_ended(JobState.SUCCEEDED),

@@ -73,6 +73,12 @@ class Job:
     preemption_deadline: int | None = None
     reserved_nodes: tuple[str, ...] = ()
     reserved_since: int | None = None
+    #: capacity held for this waiting gang (CapacityHeld): its planned GPUs, the quota, the victims and the end
+    held: tuple[tuple[int, str, tuple[int, ...]], ...] = ()
+    held_quota: int = 0
+    hold_victims: tuple[str, ...] = ()
+    hold_until: int | None = None
+    yielded_to: tuple[str, ...] = ()  # gangs it was preempted for, so none preempts it twice
     ended_at: int | None = None
     history: list[tuple[int, int, str, str]] = field(default_factory=list)  # (offset, at, event type, reason)
 
@@ -103,6 +109,11 @@ class Job:
     @property
     def ended(self) -> bool:
         return self.state in ENDED
+
+    @property
+    def has_hold(self) -> bool:
+        """Whether capacity is held for this gang (CapacityHeld)."""
+        return self.hold_until is not None
 
     def nodes(self) -> list[str]:
         return sorted({node for _, node, _ in self.assignments})

@@ -3,7 +3,8 @@ while its state stays the log folded in log order.
 
 `lay(state, decisions)` folds each decision where the state stands (as `fold_assumed` does) after keeping
 a copy of every row it may touch: the job it names, the nodes of its old and new placement and reservation,
-its team's quota usage, its reservation entry, a node's flags and heartbeat. `Overlay.lift()` puts those
+its team's quota usage and held quota, its reservation and hold entries, the nodes its hold claims, a node's
+flags and heartbeat. `Overlay.lift()` puts those
 rows back, indexes included, so the state is exactly what it was. Only decisions are laid: their rows are
 known before they are folded.
 """
@@ -31,6 +32,8 @@ class Overlay:
     jobs: list[tuple[str, Job, int]] = field(default_factory=list)  # (id, copy, history length)
     nodes: list[tuple[Node, tuple]] = field(default_factory=list)  # (the node, its mutable fields as they were)
     usage: list[tuple[tuple[str, str], object]] = field(default_factory=list)
+    held: list[tuple[tuple[str, str], object]] = field(default_factory=list)
+    holds: list[tuple[str, bool]] = field(default_factory=list)
     reservations: list[tuple[str, object]] = field(default_factory=list)
     heartbeats: list[tuple[str, object]] = field(default_factory=list)
 
@@ -43,9 +46,13 @@ class Overlay:
             _put(state.reservations, job_id, before)
         for key, value in reversed(self.usage):
             _put(state.tenancy.usage, key, value)
+        for key, value in reversed(self.held):
+            _put(state.tenancy.held, key, value)
+        for job_id, member in reversed(self.holds):
+            (state.holds.add if member else state.holds.discard)(job_id)
         for node, fields in reversed(self.nodes):
             (node.holder, node.retired, node.reserved_for, node.cordoned, node.fault_cordoned, node.failed,
-             node.activated) = fields
+             node.activated, node.claimed) = fields
             state.cluster.recount(node)
         for job_id, job, history in reversed(self.jobs):
             del job.history[history:]
@@ -72,9 +79,12 @@ def _keep(overlay: Overlay, event: m.Event) -> None:
             overlay.jobs.append((job_id, copy.copy(job), len(job.history)))
             nodes.update(name for _, name, _ in job.assignments)
             nodes.update(job.reserved_nodes)
+            nodes.update(name for _, name, _ in job.held)
             key = (job.team, job.gpu_type)
             overlay.usage.append((key, state.tenancy.usage.get(key, _MISSING)))
+            overlay.held.append((key, state.tenancy.held.get(key, _MISSING)))
         overlay.reservations.append((job_id, state.reservations.get(job_id, _MISSING)))
+        overlay.holds.append((job_id, job_id in state.holds))
         nodes.update(a.node for a in getattr(event, "assignments", ()))
         nodes.update(getattr(event, "reserved_nodes", ()) or ())
     node_name = getattr(event, "node", None)
@@ -85,7 +95,7 @@ def _keep(overlay: Overlay, event: m.Event) -> None:
         node = state.cluster.nodes.get(name)
         if node is not None:
             overlay.nodes.append((node, (dict(node.holder), node.retired, node.reserved_for, node.cordoned,
-                                         node.fault_cordoned, node.failed, node.activated)))
+                                         node.fault_cordoned, node.failed, node.activated, dict(node.claimed))))
 
 
 def _put(mapping: dict, key: object, value: object) -> None:

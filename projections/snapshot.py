@@ -15,7 +15,7 @@ from events.models import Reason
 from projections.cell import CellState
 from projections.cluster import Node
 from projections.jobs import Checkpoint, Job, JobState
-from projections.tenancy import PriorityClass, Quota, Team
+from projections.tenancy import PriorityClass, Quota, Team, TeamPreemption
 from projections.validate import Limits
 
 CELL_KEY = "cell"
@@ -56,7 +56,8 @@ def _row(state: CellState, key: str) -> Any:
     if key == TENANCY_KEY:
         t = state.tenancy
         return {
-            "teams": [[x.name, x.cohort, x.weight_milli] for _, x in sorted(t.teams.items())],
+            "teams": [[x.name, x.cohort, x.weight_milli, *dataclasses.astuple(x.preemption)]
+                      for _, x in sorted(t.teams.items())],
             "cohorts": sorted([c, p] for c, p in t.cohort_parent.items()),
             "quotas": sorted([k[0], k[1], q.nominal, q.borrowing_limit, q.lending_limit] for k, q in t.quotas.items()),
             "priority_classes": [[c.name, c.value, c.preemptible] for _, c in sorted(t.priority_classes.items())],
@@ -81,7 +82,7 @@ def _job(job: Job) -> dict[str, Any]:
             value = sorted(value)
         elif isinstance(value, Checkpoint):
             value = [value.checkpoint_id, value.progress_ms, value.at]
-        elif name == "assignments":
+        elif name in ("assignments", "held"):
             value = [[w, n, list(g)] for w, n, g in value]
         elif isinstance(value, tuple):
             value = list(value)
@@ -96,6 +97,7 @@ def _node(node: Node) -> dict[str, Any]:
     out["domains"] = list(node.domains)
     out["retired"] = sorted(node.retired)
     out["holder"] = {str(i): j for i, j in sorted(node.holder.items())}
+    out["claimed"] = {str(i): j for i, j in sorted(node.claimed.items())}
     return out
 
 
@@ -104,6 +106,7 @@ def _restore_node(row: dict[str, Any]) -> Node:
     row["domains"] = tuple(row["domains"])
     row["retired"] = frozenset(row["retired"])
     row["holder"] = {int(i): j for i, j in row["holder"].items()}
+    row["claimed"] = {int(i): j for i, j in row.get("claimed", {}).items()}
     return Node(**row)
 
 
@@ -117,7 +120,8 @@ def restore(stored: Mapping[str, bytes]) -> CellState:
     state.reservations = {j: tuple(n) for j, n in cell["reservations"].items()}
     tenancy = json.loads(stored[TENANCY_KEY])
     t = state.tenancy
-    t.teams = {name: Team(name, cohort, weight) for name, cohort, weight in tenancy["teams"]}
+    t.teams = {name: Team(name, cohort, weight, TeamPreemption(*rules))
+               for name, cohort, weight, *rules in tenancy["teams"]}
     t.cohort_parent = {c: p for c, p in tenancy["cohorts"]}
     t.quotas = {(team, gpu): Quota(n, b, lend) for team, gpu, n, b, lend in tenancy["quotas"]}
     t.priority_classes = {name: PriorityClass(name, v, p) for name, v, p in tenancy["priority_classes"]}
@@ -130,6 +134,10 @@ def restore(stored: Mapping[str, bytes]) -> CellState:
             job = _restore_job(json.loads(stored[key]))
             state.jobs[name] = job
             state.set_state(job, job.state)
+            if job.has_hold:
+                state.holds.add(name)
+                held = (job.team, job.gpu_type)
+                t.held[held] = t.held.get(held, 0) + job.held_quota
         elif kind == "heartbeat":
             state.last_heartbeat[name] = json.loads(stored[key])
     state.cluster.reindex()
@@ -144,6 +152,9 @@ def _restore_job(row: dict[str, Any]) -> Job:
         row[name] = frozenset(row[name])
     row["assignments"] = tuple((w, n, tuple(g)) for w, n, g in row["assignments"])
     row["reserved_nodes"] = tuple(row["reserved_nodes"])
+    row["held"] = tuple((w, n, tuple(g)) for w, n, g in row.get("held", ()))
+    for name in ("hold_victims", "yielded_to"):
+        row[name] = tuple(row.get(name, ()))
     row["checkpoint"] = Checkpoint(*row["checkpoint"]) if row["checkpoint"] else None
     row["history"] = [tuple(h) for h in row["history"]]
     return Job(**row)

@@ -9,6 +9,10 @@ their root, so any two teams under the same root cohort lend to each other.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from projections.jobs import Job
 
 
 @dataclass(frozen=True)
@@ -28,10 +32,21 @@ class Quota:
 
 
 @dataclass(frozen=True)
+class TeamPreemption:
+    """A team's own preemption rules (TeamDefined; Kueue's ClusterQueue `preemption`); None: the policy's default."""
+
+    within_team: str | None = None
+    reclaim_within_cohort: str | None = None
+    borrow_within_cohort: str | None = None
+    max_priority_threshold: int | None = None
+
+
+@dataclass(frozen=True)
 class Team:
     name: str
     cohort: str | None
     weight_milli: int = 1000
+    preemption: TeamPreemption = TeamPreemption()
 
 
 @dataclass(frozen=True)
@@ -62,6 +77,8 @@ class Tenancy:
     quotas: dict[tuple[str, str], Quota] = field(default_factory=dict)
     priority_classes: dict[str, PriorityClass] = field(default_factory=dict)
     usage: dict[tuple[str, str], int] = field(default_factory=dict)
+    #: quota held for waiting gangs (CapacityHeld), per (team, GPU type): no other gang may take it
+    held: dict[tuple[str, str], int] = field(default_factory=dict)
     #: memo of pool members and pool sizes; evolve calls `configuration_changed` to clear it
     _pools: dict[str, list[str]] = field(default_factory=dict, repr=False, compare=False)
     _pool_sizes: dict[tuple[str, str], int] = field(default_factory=dict, repr=False, compare=False)
@@ -88,6 +105,19 @@ class Tenancy:
                 t for t, spec in self.teams.items() if self.root_cohort(spec.cohort) == root)
             self._pools[team] = members
         return members
+
+    def committed(self, except_job: Job | None = None) -> dict[tuple[str, str], int]:
+        """Quota usage with the holds for waiting gangs added, less `except_job`'s own hold (a Job): what every
+        other gang's admission must fit beside."""
+        if not self.held:
+            return self.usage
+        usage = dict(self.usage)
+        for key, held in self.held.items():
+            usage[key] = usage.get(key, 0) + held
+        if except_job is not None and except_job.held_quota:
+            key = (except_job.team, except_job.gpu_type)
+            usage[key] -= except_job.held_quota
+        return usage
 
     def quota(self, team: str, gpu_type: str) -> Quota:
         return self.quotas.get((team, gpu_type), Quota())

@@ -143,7 +143,8 @@ def _registered(state, e: m.NodeRegistered) -> Refusal | None:
     if not 1 <= e.gpus <= state.limits.max_gpus_per_node:
         return Refusal(Reason.OVERSIZED, f"{e.gpus} GPUs, a node has 1..{state.limits.max_gpus_per_node}")
     old = state.cluster.nodes.get(e.node)
-    if old is not None and (old.holder or old.reserved_for) and (old.gpus, old.gpu_type) != (e.gpus, e.gpu_type):
+    in_use = old is not None and (old.holder or old.reserved_for or old.claimed)
+    if in_use and (old.gpus, old.gpu_type) != (e.gpus, e.gpu_type):
         return Refusal(Reason.NODE_IN_USE, f"{e.node} has work on it; it may not change from {old.gpus} "
                                            f"{old.gpu_type} to {e.gpus} {e.gpu_type} GPUs")
     return None
@@ -195,6 +196,26 @@ _CHECKS = {
     m.NodeCordoned: _node_fact,
     m.NodeUncordoned: _node_fact,
 }
+
+
+#: The preemption rules a team may set, per field of TeamDefined (Kueue's ClusterQueue `preemption`).
+_RULE = m.PreemptionRule
+TEAM_RULES = {
+    "within_team": (_RULE.NEVER, _RULE.LOWER_PRIORITY, _RULE.LOWER_OR_NEWER_EQUAL_PRIORITY),
+    "reclaim_within_cohort": (_RULE.NEVER, _RULE.LOWER_PRIORITY, _RULE.ANY),
+    "borrow_within_cohort": (_RULE.NEVER, _RULE.LOWER_PRIORITY),
+}
+
+
+def team_problem(e: m.TeamDefined) -> str | None:
+    """What makes a team definition invalid (the fold ignores it, the admitter rejects it), or None."""
+    for name, allowed in TEAM_RULES.items():
+        rule = getattr(e, name)
+        if rule is not None and rule not in allowed:
+            return f"{name} may be {', '.join(r.value for r in allowed)}, not {rule.value}"
+    if e.reclaim_within_cohort is _RULE.NEVER and e.borrow_within_cohort not in (None, _RULE.NEVER):
+        return "borrow_within_cohort needs reclaim_within_cohort: with Never no victim is ever taken in the cohort"
+    return None
 
 
 def request_problem(e: m.JobSubmitted, limits: Limits) -> tuple[Reason, str] | None:

@@ -6,11 +6,11 @@ simulator (or a what-if replay) runs the very same deciders under another policy
 
 | name | what it models | knobs that differ from `gangway` |
 | --- | --- | --- |
-| `gangway` | quota lending and borrowing in a cohort, fair share, within-nominal work first, backfill around up to 4 aged reservations, topology-aware best-fit placement, checkpoint-aware reclaim preemption | none |
+| `gangway` | quota lending and borrowing in a cohort, fair share, within-nominal work first, no team's waiting head delayed by its team's later work, backfill around up to 4 aged reservations, topology-aware best-fit placement, checkpoint-aware reclaim preemption that holds what it frees for its gang | none |
 | `fifo` | one strict FIFO queue of gangs: the head blocks everything behind it | no fair share, no within-nominal ordering, no backfill, no preemption |
 | `static` | a static partition: each team confined to its nominal quota, nothing lent | no borrowing, no preemption |
-| `kueue-like` | Kueue with BestEffortFIFO queues: lending, borrowing, reclaim and priority preemption, no topology or checkpoint awareness, one admission per queue per cycle | no fair share, no reservations, topology-blind first-fit placement, victims newest first with no checkpoint grace, no minimum runtime, 1 admission per team per cycle |
-| `backfill` | Slurm-like FIFO with EASY backfill: the first blocked gang reserves nodes at once, later work backfills around it | no fair share, no within-nominal ordering, 1 reservation taken at once, no preemption |
+| `kueue-like` | Kueue with BestEffortFIFO queues: lending, borrowing, reclaim and priority preemption, no topology or checkpoint awareness, one admission per queue per cycle | no fair share, no reservations, no protected queue heads, topology-blind first-fit placement, victims newest first with no checkpoint grace, no minimum runtime, 1 admission per team per cycle |
+| `backfill` | Slurm-like FIFO with EASY backfill: the first blocked gang reserves nodes at once, later work backfills around it | no fair share, no within-nominal ordering, no protected team heads (the reservation protects the first gang), 1 reservation taken at once, no preemption |
 """
 
 from __future__ import annotations
@@ -43,16 +43,17 @@ STATIC = Policy(
 KUEUE_LIKE = Policy(
     version="kueue-like-1",
     admission=AdmissionPolicy(fair_share=False, nominal_first=True, backfill=True, max_reservations=0,
-                              admissions_per_team_per_cycle=1),
+                              admissions_per_team_per_cycle=1, protect_queue_heads=False),
     placement=PlacementPolicy(topology_aware=False, best_fit=False),
-    preemption=PreemptionPolicy(enabled=True, reclaim_lent_quota=True, priority=True, checkpoint_aware=False,
+    preemption=PreemptionPolicy(enabled=True, within_team="LowerPriority", reclaim_within_cohort="Any",
+                                borrow_within_cohort="LowerPriority", checkpoint_aware=False,
                                 checkpoint_grace_ms=0, min_runtime_ms=0),
 )
 
 BACKFILL = Policy(
     version="backfill-1",
     admission=AdmissionPolicy(fair_share=False, nominal_first=False, backfill=True, reservation_after_ms=0,
-                              max_reservations=1),
+                              max_reservations=1, protect_queue_heads=False),
     preemption=PreemptionPolicy(enabled=False),
 )
 
@@ -153,6 +154,10 @@ def _coerce(section: str, name: str, default: Any, value: Any) -> Any:
     if isinstance(default, bool):
         if not isinstance(value, bool):
             raise ValueError(f"{where} must be true or false, not {value!r}")
+        return value
+    if isinstance(default, str):
+        if not isinstance(value, str):
+            raise ValueError(f"{where} must be a string, not {value!r}")
         return value
     if (value is None and default is None) or (isinstance(value, int) and not isinstance(value, bool)):
         return value

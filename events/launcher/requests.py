@@ -57,8 +57,12 @@ def definition_events(document: Document, cell: str, at: int, producer: str = "l
                                        value=document.spec.value, preemptible=document.spec.preemptible)]
     if isinstance(document, Team):
         spec = document.spec
-        events: list[m.Event] = [m.TeamDefined(envelope=envelope(f"team/{name}"), team=name, cohort=spec.cohort,
-                                               weight_milli=round(spec.weight * 1000))]
+        rules, borrow = spec.preemption, spec.preemption.borrow_within_cohort
+        events: list[m.Event] = [m.TeamDefined(
+            envelope=envelope(f"team/{name}"), team=name, cohort=spec.cohort, weight_milli=round(spec.weight * 1000),
+            within_team=rules.within_team, reclaim_within_cohort=rules.reclaim_within_cohort,
+            borrow_within_cohort=borrow.policy if borrow else None,
+            max_priority_threshold=borrow.max_priority_threshold if borrow else None)]
         for gpu_type, quota in sorted(spec.quotas.items()):
             events.append(m.QuotaSet(envelope=envelope(f"quota/{name}/{gpu_type}"), team=name, gpu_type=gpu_type,
                                      nominal=quota.nominal, borrowing_limit=quota.borrowing_limit,

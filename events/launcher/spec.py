@@ -9,7 +9,6 @@ The shape follows Kubernetes / Kueue / Volcano: `kind`, `metadata` (name, team, 
 from __future__ import annotations
 
 import re
-from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -104,21 +103,32 @@ def _quota(value: Any) -> Any:
     return {"nominal": value} if isinstance(value, int) and not isinstance(value, bool) else value
 
 
-class PreemptionRule(StrEnum):
-    """Kueue's vocabulary for a team's preemption policy."""
+class BorrowWithinCohort(Strict):
+    """Kueue's borrowWithinCohort: whom a gang that must borrow may evict in the cohort's borrowing teams."""
 
-    NEVER = "Never"
-    LOWER_PRIORITY = "LowerPriority"
-    LOWER_OR_NEWER_EQUAL_PRIORITY = "LowerOrNewerEqualPriority"
-    ANY = "Any"
+    policy: Literal["Never", "LowerPriority"] = "LowerPriority"
+    max_priority_threshold: int | None = Field(default=None, description="only victims of at most this priority")
+
+
+def _borrow_shorthand(value: Any) -> Any:
+    return {"policy": value} if isinstance(value, str) else value
 
 
 class TeamPreemption(Strict):
-    """Accepted and validated now; takes effect once the per-team preemption decisions land in the core."""
+    """Whom the team's waiting gangs may preempt (Kueue's ClusterQueue `preemption`); a rule left out follows the
+    cell's policy (LowerPriority, Any, LowerPriority with no threshold by default)."""
 
-    within_team: PreemptionRule | None = None
-    reclaim_within_cohort: PreemptionRule | None = None
-    borrow_within_cohort: PreemptionRule | None = None
+    within_team: Literal["Never", "LowerPriority", "LowerOrNewerEqualPriority"] | None = None
+    reclaim_within_cohort: Literal["Never", "LowerPriority", "Any"] | None = None
+    borrow_within_cohort: Annotated[BorrowWithinCohort, BeforeValidator(_borrow_shorthand)] | None = None
+
+    @model_validator(mode="after")
+    def _borrowing_needs_reclaim(self) -> TeamPreemption:
+        if (self.reclaim_within_cohort == "Never" and self.borrow_within_cohort is not None
+                and self.borrow_within_cohort.policy != "Never"):
+            raise _field_error("borrow_within_cohort", "needs reclaim_within_cohort other than Never "
+                                                       "(Never takes no victim in the cohort at all)")
+        return self
 
 
 class TeamBody(Strict):

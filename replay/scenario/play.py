@@ -106,7 +106,7 @@ def configuration(scenario: Scenario, cell: VirtualCell) -> list[m.Event]:
     events += [m.CohortDefined(envelope=env(), cohort=c.name, parent=c.parent) for c in scenario.cohorts]
     for team in scenario.teams:
         events.append(m.TeamDefined(envelope=env(), team=team.name, cohort=team.cohort,
-                                    weight_milli=round(team.weight * 1000)))
+                                    weight_milli=round(team.weight * 1000), **team.preemption.model_dump()))
         events += [m.QuotaSet(envelope=env(), team=team.name, gpu_type=gpu_type, nominal=q.nominal,
                               borrowing_limit=q.borrowing_limit, lending_limit=q.lending_limit)
                    for gpu_type, q in team.quota.items()]

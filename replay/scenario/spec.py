@@ -89,11 +89,21 @@ class QuotaSpec(Spec):
     lending_limit: NonNegativeInt | None = None
 
 
+class PreemptionSpec(Spec):
+    """A team's preemption rules (Kueue's ClusterQueue `preemption`); a rule left out follows the policy."""
+
+    within_team: Literal["Never", "LowerPriority", "LowerOrNewerEqualPriority"] | None = None
+    reclaim_within_cohort: Literal["Never", "LowerPriority", "Any"] | None = None
+    borrow_within_cohort: Literal["Never", "LowerPriority"] | None = None
+    max_priority_threshold: int | None = None
+
+
 class TeamSpec(Spec):
     name: str
     cohort: str | None = None
     weight: PositiveFloat = 1.0
     quota: dict[str, Annotated[QuotaSpec, BeforeValidator(_nominal_shorthand)]] = {}
+    preemption: PreemptionSpec = PreemptionSpec()
 
 
 class CohortSpec(Spec):

@@ -17,8 +17,10 @@ from services.agent.simulated import SimulatedAgents
 class Meter:
     """Observer that integrates GPU-time and follows every job while the log plays."""
 
-    def __init__(self, agents: SimulatedAgents, gpu_types: Sequence[str], sample_ms: int = HOUR_MS) -> None:
+    def __init__(self, agents: SimulatedAgents, gpu_types: Sequence[str], sample_ms: int = HOUR_MS,
+                 cycle_ms: int = 60_000) -> None:
         self.agents = agents
+        self.cycle_ms = cycle_ms  # one admission cycle: a preemption's beneficiary is due by its deadline plus this
         self.gpu_types = tuple(gpu_types)
         self.t: int | None = None
         self.sample_ms = sample_ms
@@ -33,6 +35,12 @@ class Meter:
         self.lost_gpu_ms = 0
         self.multi_node = self.multi_node_one_rack = 0
         self.ended = 0
+        self.preempted: dict[str, int] = {}  # job -> times preempted
+        self.requests: dict[str, tuple[int, int]] = {}  # victim -> (asked at, due by) of its latest request
+        self.admitted: dict[str, int] = {}  # job -> when it was last admitted
+        self.due: dict[str, list[tuple[int, int]]] = {}  # beneficiary -> (asked at, due by) of its preempted victims
+        self.futile: list[tuple[int, int]] = []  # (asked at, due by) of victims whose beneficiary came too late
+        self.faults: list[int] = []  # times of hardware faults: node failures and GPU faults
         self.first_at: int | None = None
         self.now = (0, 0, 0)  # (GPUs allocated, GPUs free, jobs waiting) after the last event
 
@@ -48,6 +56,10 @@ class Meter:
             self._job_event(cell, event, kind, offset, at)
         elif kind is m.GpuErrorReported:
             self.gpu_failures += 1
+        elif kind is m.PreemptionRequested:
+            self.requests[event.job_id] = (at, max(at, event.checkpoint_deadline) + self.cycle_ms)
+        elif kind in (m.NodeFailed, m.GpuFaulted):
+            self.faults.append(at)
         if kind not in _KEEP_COUNTS:
             self._snapshot(cell)
 
@@ -98,14 +110,30 @@ class Meter:
                 self.multi_node += 1
                 racks = {cell.state.cluster.nodes[n].domains[-1] for n in nodes}
                 self.multi_node_one_rack += len(racks) == 1
+        elif kind is m.JobAdmitted:
+            self.admitted[job.job_id] = at
+            for asked, due in self.due.pop(job.job_id, ()):
+                if at > due:
+                    self.futile.append((asked, due))
         elif kind is m.JobPreempted:
             self.preemptions += 1
+            self.preempted[job.job_id] = self.preempted.get(job.job_id, 0) + 1
+            asked, due = self.requests.pop(job.job_id, (at, at + self.cycle_ms))
+            if not asked <= self.admitted.get(event.for_job_id, -1) <= due:  # else its gang was admitted already
+                self.due.setdefault(event.for_job_id, []).append((asked, due))
             self._lost(job, job.attempt - 1, at)
         elif kind is m.JobInterrupted:
             self.interruptions += 1
             self._lost(job, event.attempt, at)
         elif kind in _ENDINGS:
             self.ended += 1
+
+    def futile_preemptions(self) -> tuple[int, int]:
+        """Preemptions whose beneficiary was not admitted by the victim's checkpoint deadline plus one cycle, and
+        how many of them saw a hardware fault between the preemption and that time."""
+        futile = self.futile + [entry for dues in self.due.values() for entry in dues]
+        faulted = sum(1 for asked, due in futile if any(asked <= at <= due for at in self.faults))
+        return len(futile), faulted
 
     def _lost(self, job, attempt: int, at: int) -> None:
         progress = self.agents.progress(job.job_id, attempt, at)
@@ -176,6 +204,7 @@ def _metrics(cell: VirtualCell, workload: Workload, meter: Meter, start: int) ->
 
 def _metric_dict(state, counts, jct, queue, last_end, start, meter, useful, per_team, workload) -> dict:
     n = len(jct) or 1
+    futile, faulted = meter.futile_preemptions()
     return {
         "jobs": len(state.jobs),
         **counts,
@@ -189,6 +218,10 @@ def _metric_dict(state, counts, jct, queue, last_end, start, meter, useful, per_
         "utilization": _r(meter.busy_allocated / meter.busy_capacity, 4) if meter.busy_capacity else 0.0,
         "idle_while_waiting": _r(meter.wait_idle / meter.wait_capacity, 4) if meter.wait_capacity else 0.0,
         "preemptions": meter.preemptions,
+        "preemptions_per_job": _r(meter.preemptions / len(state.jobs), 3) if state.jobs else 0.0,
+        "futile_preemptions": futile,
+        "futile_preemptions_with_fault": faulted,
+        "max_preemptions_of_one_job": max(meter.preempted.values(), default=0),
         "interruptions": meter.interruptions,
         "gpu_failures": meter.gpu_failures,
         "gpu_hours_lost": _r(meter.lost_gpu_ms / HOUR_MS),

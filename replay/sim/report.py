@@ -18,6 +18,8 @@ COLUMNS = (
     ("utilization", "utilization", lambda v: f"{v:.1%}"),
     ("idle while waiting", "idle_while_waiting", lambda v: f"{v:.1%}"),
     ("preemptions", "preemptions", lambda v: f"{v:,}"),
+    ("futile preemptions", "futile_preemptions", lambda v: f"{v:,}"),
+    ("most preemptions of one job", "max_preemptions_of_one_job", lambda v: f"{v:,}"),
     ("GPU-h lost", "gpu_hours_lost", lambda v: f"{v:,.0f}"),
     ("effective training", "effective_training_ratio", lambda v: f"{v:.1%}"),
     ("multi-node gangs in 1 rack", "multi_node_gangs_in_one_rack", lambda v: f"{v:.1%}"),

@@ -22,6 +22,9 @@ Metrics (all times in seconds, GPU-time integrated piecewise between events):
 - `utilization`: allocated GPU-time over capacity GPU-time while work waits or runs.
 - `idle_while_waiting`: free GPU-time over capacity GPU-time while at least one job waits.
 - `preemptions`, `interruptions` (hardware failures and crashes hitting a job), `gpu_failures`.
+- `preemptions_per_job`; `futile_preemptions`: preemptions whose beneficiary was not admitted by the victim's
+  checkpoint deadline plus one cycle (a tick), of which `futile_preemptions_with_fault` saw a node failure or
+  GPU fault in the cell between the preemption and that time; `max_preemptions_of_one_job`.
 - `gpu_hours_lost`: training progress discarded by preemptions and interruptions (progress since
   the checkpoint the next attempt resumes from), times the job's GPUs.
 - `effective_training_ratio`: GPU-time of the training the succeeded jobs needed over all
@@ -80,7 +83,7 @@ def simulate(workload: Workload, policy: Policy, config: SimConfig, progress: Pr
                          restart_cost_ms=config.restart_cost_s * 1000,
                          repair_ms=config.repair_s * 1000 if config.repair_s is not None else None)
     agents = SimulatedAgents(timing=timing, durations={j.job_id: j.duration_ms for j in workload.jobs})
-    meter = Meter(agents, sorted(workload.capacity()))
+    meter = Meter(agents, sorted(workload.capacity()), cycle_ms=config.tick_s * 1000)
     cell.observers.extend([agents, meter])
     cell.side_observers.append(agents.heard)
     start = min(j.submit_ms for j in workload.jobs)

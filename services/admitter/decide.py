@@ -17,11 +17,11 @@ from collections.abc import Callable
 from events import models as m
 from events.models import Reason
 from projections.cell import CellState
-from projections.cluster import CELL
 from projections.jobs import Job, JobState
 from projections.tenancy import DEFAULT_PRIORITY
-from projections.validate import request_problem
+from projections.validate import request_problem, team_problem
 from services.core.decider import Context
+from services.core.heads import EVENTUALLY, Guard, HeadStart, held_free
 from services.core.placement import (
     CapacityView,
     Placement,
@@ -35,11 +35,13 @@ from services.core.placement import (
 from services.core.queue import WaitingGangs, order_key
 from services.core.quota import quota_fit
 
-#: Events after which queued work may fit: capacity or quota came free, or time passed.
+#: Events after which queued work may fit: capacity or quota came free, or time passed. An interruption frees
+#: capacity, but recovery requeues (or fails) the gang in the same batch: the cycle runs then, when the gang is
+#: back in its team's queue, so work ranked after it cannot take its place in between.
 CYCLE_TRIGGERS = (
     m.JobSubmitted, m.JobRequeued, m.JobPreempted, m.JobSucceeded, m.JobFailed, m.JobCancelled,
-    m.JobInterrupted, m.PlacementPending, m.NodeRegistered, m.NodeRecovered, m.NodeUncordoned,
-    m.SpareActivated, m.QuotaSet, m.TeamDefined, m.CohortDefined, m.CellConfigured, m.Tick,
+    m.PlacementPending, m.NodeRegistered, m.NodeRecovered, m.NodeUncordoned,
+    m.SpareActivated, m.QuotaSet, m.TeamDefined, m.CohortDefined, m.CellConfigured, m.CapacityReleased, m.Tick,
 )
 
 #: Quota limits of the cohort's shared pool (not of the team itself): a full pool is a full cell.
@@ -69,9 +71,13 @@ class Admitter:
             return [cancel(state, event, ctx)]
         elif isinstance(event, m.QuotaSet) and (rejection := invalid_quota(state, event, ctx)) is not None:
             return [rejection]
+        elif isinstance(event, m.TeamDefined) and (problem := team_problem(event)) is not None:
+            return [m.RequestRejected(envelope=ctx.envelope(Reason.INVALID_REQUEST),
+                                      request_event_id=event.envelope.event_id, request_type="TeamDefined",
+                                      detail=f"team {event.team} not defined: {problem}")]
         elif isinstance(event, m.CellConfigured):
             decisions.extend(unplaceable_after_reconfiguration(state, ctx))
-        if isinstance(event, (m.JobSubmitted, m.JobRequeued)) and ctx.policy.admission.backfill:
+        if isinstance(event, m.JobSubmitted) and ctx.policy.admission.backfill:
             # Nothing came free since the last cycle: only the newcomer can be admitted now.
             job = state.jobs.get(event.job_id)
             if job is not None and job.state is JobState.QUEUED:
@@ -186,26 +192,47 @@ def resubmission_changes(state: CellState, job: Job, e: m.JobSubmitted) -> list[
 
 def admission_cycle(state: CellState, ctx: Context, only: Job | None = None, refresh: bool = True) -> list[m.Decision]:
     """Admits what fits, in queue order. `only` tries one newcomer; without `refresh`, gangs bigger
-    than the free GPUs of their type are skipped without restating why they wait (a Tick does)."""
+    than the free GPUs of their type are skipped without restating why they wait (a Tick does). A full cycle
+    first releases the holds that have run out; a gang with capacity held for it may use that capacity, and
+    no lower-ranked work is admitted if it would delay the expected start of a head (services/core/heads.py)."""
     policy = ctx.policy.admission
     now = ctx.now
     quiet = not refresh and only is None and policy.backfill
     key = order_key(state, policy.fair_share, policy.nominal_first)
+    view = CapacityView(state.cluster)
+    usage = dict(state.tenancy.committed())
+    decisions: list[m.Decision] = []
+    if only is None:
+        for job in expired_holds(state, now):
+            decisions.append(m.CapacityReleased(envelope=ctx.envelope(Reason.HOLD_EXPIRED, job.job_id),
+                                                job_id=job.job_id, detail=_expiry(state, job)))
+            view.unclaim(job)  # free for everyone from now on, the gang included
+            usage[(job.team, job.gpu_type)] -= job.held_quota
+    released = {d.job_id for d in decisions}
+    held = {job_id for job_id in state.holds if job_id not in released}
     if only is not None:
         order = WaitingGangs(state, now, key, [[(None, only.job_id)]])
     else:
-        free = {t: _free_gpus(state, t) for t in state.cluster.gpu_types()}
-        order = WaitingGangs.of(state, now, key, lambda job: not quiet or job.min_gpus <= free.get(job.gpu_type, 0))
+        free = {t: view.free_gpus(t) + _held_free(state, t, held) for t in state.cluster.gpu_types()}
+        order = WaitingGangs.of(state, now, key,
+                                lambda job: not quiet or job.min_gpus <= free.get(job.gpu_type, 0) or job.has_hold)
     reserved_by = {node: job for job, nodes in state.reservations.items() for node in nodes}
     reservations = dict(state.reservations)  # holder -> nodes, with the reservations made this cycle
     # Shadow times once per cycle; a reservation made this cycle has none (unknown) until it is folded.
     shadows = shadow_times(state, now) if reservations else {}
-    view = CapacityView(state.cluster)
-    usage = dict(state.tenancy.usage)
+    def admissible(job: Job) -> bool:
+        """Whether the job could be admitted now, as this cycle sees the cell."""
+        most, fit = quota_fit(state.tenancy, job, policy.borrowing, usage)
+        if job.not_before > now or not fit.fits:
+            return False
+        excluded = excluded_nodes(reservations, job, now, shadows, state.jobs)
+        return isinstance(place_gang(view, job, most, ctx.policy.placement, excluded), Placement)
+
+    guard = Guard(state, now, policy.borrowing, view.free_gpus, usage, admissible, reservations, held) if (
+        policy.protect_queue_heads and policy.backfill) else None
     admitted_per_team: dict[str, int] = {}
     # The smallest gang of each (GPU type, GPUs per worker) that found no room: bigger ones won't either.
     no_room: dict[tuple[str, int], int] = {}
-    decisions: list[m.Decision] = []
     head_blocked = False
     # Without `refresh`, only admissions are decided; why the others still wait is restated on the next Tick.
     say_why = _quiet if quiet else _requeue_reason
@@ -220,12 +247,13 @@ def admission_cycle(state: CellState, ctx: Context, only: Job | None = None, ref
         return {holder for holder in reservations
                 if holder != job.job_id and ends_before(job, now, shadows.get(holder))} if shadows else set()
 
-    def refuse(job: Job, reason: Reason, detail: str, itself: bool = True, room: bool = False) -> None:
+    def refuse(job: Job, reason: Reason, detail: str, itself: bool = True, room: bool = False,
+               alike: Callable[[Job], bool] | None = None) -> None:
         """The job waits, and so does the rest of its group, for the same reason (behind a strict FIFO
         head that now blocks, for that); for lack of `room`, only the members that may use the same
-        reserved nodes."""
+        reserved nodes; with `alike`, only those."""
         rest = (Reason.WAITING_FOR_QUEUE_HEAD, _HEAD_WAITS) if head_blocked else (reason, detail)
-        for waiting in order.refused(no_more_room(job) if room else None):
+        for waiting in order.refused(no_more_room(job) if room else alike):
             say_why(decisions, waiting, *rest, ctx)
         if itself:
             say_why(decisions, job, reason, detail, ctx)
@@ -243,23 +271,26 @@ def admission_cycle(state: CellState, ctx: Context, only: Job | None = None, ref
         reservations[job.job_id] = tuple(nodes)
         for name in nodes:
             reserved_by[name] = job.job_id
+        if guard is not None:
+            guard.forget(job)
         decisions.append(m.JobQueued(envelope=ctx.envelope(Reason.HOLDS_RESERVATION, job.job_id),
                                      job_id=job.job_id, team=job.team, reserved_nodes=nodes,
                                      detail=f"nodes drain for this gang: {', '.join(nodes)}"))
         return True
 
     quota_blocked: dict[tuple[str, str], int] = {}  # smallest gang a team's quota refused this cycle
-    free_left = {t: _free_gpus(state, t) for t in state.cluster.gpu_types()} if quiet else {}
+    free_left = {t: view.free_gpus(t) + _held_free(state, t, held) for t in state.cluster.gpu_types()} if quiet else {}
     for job in order:
         key_ = (job.gpu_type, job.gpus_per_worker)
         if quiet and not any(free_left.values()):
             break  # nothing left to admit into
         fewest = job.min_count
-        # A reservation holder, or a job that backfills onto reserved nodes, sees more nodes than other
+        holds = job.job_id in held
+        # A reservation or hold holder, or a job that backfills onto reserved nodes, sees more than other
         # gangs, so their lack of room says nothing about it.
-        shortcut = (job.topology_required is None and job.job_id not in reservations
+        shortcut = (job.topology_required is None and job.job_id not in reservations and not holds
                     and not (shadows and may_backfill(job, now, shadows)))
-        if quiet and (
+        if quiet and not holds and (
                 fewest * job.gpus_per_worker >= quota_blocked.get((job.team, job.gpu_type), job.gpus + 1)
                 or (shortcut and key_ in no_room and fewest >= no_room[key_])):
             order.refused(no_more_room(job))
@@ -268,15 +299,24 @@ def admission_cycle(state: CellState, ctx: Context, only: Job | None = None, ref
             refuse(job, Reason.WAITING_FOR_QUEUE_HEAD, _HEAD_WAITS)
             continue
         limit = policy.admissions_per_team_per_cycle
-        if limit is not None and admitted_per_team.get(job.team, 0) >= limit:
+        if limit is not None and admitted_per_team.get(job.team, 0) >= limit and not holds:
             refuse(job, Reason.ADMISSION_LIMIT_PER_CYCLE, f"team {job.team} already admitted {limit} gang(s) this cycle")
             continue
+        own = (job.team, job.gpu_type)
+        if holds:  # what is held for it is its own: quota and GPUs
+            usage[own] -= job.held_quota
+            view.unclaim(job)
         most, fit = quota_fit(state.tenancy, job, policy.borrowing, usage)
         if not fit.fits:
+            if holds:
+                usage[own] += job.held_quota
+                view.reclaim(job)
+                order.refused(lambda other: False)
+                continue  # its victims are still making room: it keeps its hold and its reason
             smallest = fewest * job.gpus_per_worker
-            quota_blocked[(job.team, job.gpu_type)] = min(quota_blocked.get((job.team, job.gpu_type), smallest), smallest)
+            quota_blocked[own] = min(quota_blocked.get(own, smallest), smallest)
             quota = state.tenancy.quota(job.team, job.gpu_type)
-            detail = (f"team {job.team} uses {usage.get((job.team, job.gpu_type), 0)} of nominal {quota.nominal} "
+            detail = (f"team {job.team} uses {usage.get(own, 0)} of nominal {quota.nominal} "
                       f"{job.gpu_type}; {smallest} more {_QUOTA_WHY[fit.limit]}")
             if not policy.backfill:
                 head_blocked = True  # strict FIFO: a head that its quota stops blocks the queue too
@@ -290,15 +330,29 @@ def admission_cycle(state: CellState, ctx: Context, only: Job | None = None, ref
             outcome: Placement | Unplaceable = Unplaceable(
                 Reason.INSUFFICIENT_FREE_GPUS, f"no room for {fewest * job.gpus_per_worker} {job.gpu_type} GPUs now")
         else:
-            excluded = excluded_nodes(reservations, job, now, shadows)
+            excluded = excluded_nodes(reservations, job, now, shadows, state.jobs)
+            if holds:  # its held GPUs are its own, even on nodes reserved for another gang
+                mine = {name for _, name, _ in job.held}
+                excluded = [name for name in excluded if name not in mine]
             outcome = place_gang(view, job, most, ctx.policy.placement, excluded)
         if isinstance(outcome, Placement):
             gpus = len(outcome.assignments) * job.gpus_per_worker
+            blocker = guard.blocker(job, gpus) if guard is not None and not holds else None
+            if blocker is not None:
+                if holds:
+                    usage[own] += job.held_quota
+                    view.reclaim(job)
+                refuse(job, Reason.WOULD_DELAY_QUEUE_HEAD, _delay_detail(blocker, now), alike=_ends_no_sooner(job))
+                continue
             if gpus < most * job.gpus_per_worker:  # fewer workers placed than the quota allowed: borrow less
                 fit = state.tenancy.admissible(job.team, job.gpu_type, gpus, policy.borrowing, usage)
-            decisions.append(_admit(state, job, gpus, fit.borrowed, outcome, ctx))
+            backfilled = (any(reserved_by.get(n) not in (None, job.job_id) for _, n, _ in outcome.assignments)
+                          or (guard is not None and guard.passes(job)))
+            decisions.append(_admit(job, gpus, fit.borrowed, outcome, backfilled, ctx))
             view.hold(outcome)
-            usage[(job.team, job.gpu_type)] = usage.get((job.team, job.gpu_type), 0) + gpus
+            usage[own] = usage.get(own, 0) + gpus
+            if guard is not None:
+                guard.admit(job, gpus)
             if reservations.pop(job.job_id, None) is not None:  # its nodes are free for the rest of the cycle
                 reserved_by = {n: holder for n, holder in reserved_by.items() if holder != job.job_id}
             if quiet:
@@ -306,6 +360,11 @@ def admission_cycle(state: CellState, ctx: Context, only: Job | None = None, ref
             admitted_per_team[job.team] = admitted_per_team.get(job.team, 0) + 1
             order.admitted()
             continue
+        if holds:
+            usage[own] += job.held_quota
+            view.reclaim(job)
+            order.refused(lambda other: False)
+            continue  # waits for its victims on what is held for it
         if shortcut and outcome.reason is Reason.INSUFFICIENT_FREE_GPUS:
             no_room[key_] = min(no_room.get(key_, fewest), fewest)
         if not policy.backfill:
@@ -318,6 +377,38 @@ def admission_cycle(state: CellState, ctx: Context, only: Job | None = None, ref
             continue
         refuse(job, outcome.reason, outcome.detail, room=True)
     return decisions
+
+
+def expired_holds(state: CellState, now: int) -> list[Job]:
+    """Gangs whose hold has run out: past its end, with none of its victims still making room."""
+    making_room = {state.jobs[v].preempted_for for v in state.preempting}
+    return [state.jobs[j] for j in sorted(state.holds)
+            if state.jobs[j].hold_until < now and j not in making_room]
+
+
+def _expiry(state: CellState, job: Job) -> str:
+    ready = held_free(state, job)
+    return (f"not admitted by the end of its hold at {job.hold_until}: {ready} of the {job.held_quota} "
+            f"{job.gpu_type} GPUs held for it are free and usable now; what it holds goes back to every gang")
+
+
+def _held_free(state: CellState, gpu_type: str, held: set[str]) -> int:
+    """GPUs of the type held for waiting gangs (`held`) that no job holds now: free for those gangs alone."""
+    return sum(held_free(state, state.jobs[j]) for j in sorted(held) if state.jobs[j].gpu_type == gpu_type)
+
+
+def _ends_no_sooner(job: Job) -> Callable[[Job], bool]:
+    """Gangs of `job`'s group that run at least as long by their time limits: they would delay the head too."""
+    limit = job.time_limit_ms
+    return lambda other: other.time_limit_ms is None or (limit is not None and other.time_limit_ms >= limit)
+
+
+def _delay_detail(blocker: HeadStart, now: int) -> str:
+    head = blocker.job
+    when = "once work without a time limit ends" if blocker.start == EVENTUALLY else (
+        f"in {max(0, blocker.start - now) // 1000} s")
+    return (f"it would delay {head.job_id}, which heads the queue and is expected to start {when} "
+            f"({head.min_gpus} {head.gpu_type} GPUs); only work that ends by then, or leaves it room, may pass it")
 
 
 def _first_of_kind(state: CellState, job: Job, reservations: dict[str, tuple[str, ...]], now: int) -> bool:
@@ -337,16 +428,11 @@ def _fits_its_nominal(state: CellState, job: Job) -> bool:
     return job.min_gpus <= state.tenancy.quota(job.team, job.gpu_type).nominal
 
 
-def _free_gpus(state: CellState, gpu_type: str) -> int:
-    histogram = state.cluster.histogram.get((gpu_type, CELL, ""), [])
-    return sum(free * count for free, count in enumerate(histogram))
-
-
-def _admit(state: CellState, job: Job, gpus: int, borrowed: int, placement: Placement,
+def _admit(job: Job, gpus: int, borrowed: int, placement: Placement, backfilled: bool,
            ctx: Context) -> m.JobAdmitted:
     reason = Reason.BORROWED_FROM_COHORT if borrowed else Reason.WITHIN_NOMINAL_QUOTA
-    if not borrowed and any(holder != job.job_id for holder in state.reservations):
-        reason = Reason.BACKFILLED  # admitted past a gang that holds a reservation
+    if not borrowed and backfilled:
+        reason = Reason.BACKFILLED  # onto nodes reserved for another gang, or past its team's waiting head
     return m.JobAdmitted(
         envelope=ctx.envelope(reason, job.job_id), job_id=job.job_id, team=job.team, gpu_type=job.gpu_type,
         gpus=gpus, borrowed=borrowed, domain=placement.domain,

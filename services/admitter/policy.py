@@ -17,4 +17,7 @@ class AdmissionPolicy:
     #: it freely, afterwards the reserved nodes drain for it (only work that ends in time backfills).
     reservation_after_ms: int = 5 * 60_000
     max_reservations: int = 4  # at most this many gangs hold reservations at once
+    #: Slurm's backfill guarantee: no lower-ranked work is admitted if it would delay the expected start of a
+    #: gang that heads its team's queue, or the cell's (services/core/heads.py); off: smaller work passes freely
+    protect_queue_heads: bool = True
     admissions_per_team_per_cycle: int | None = None  # None: no limit (Kueue admits one per queue)

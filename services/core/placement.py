@@ -8,7 +8,8 @@ chosen domain's nodes are looked at one by one.
 
 Which nodes a gang may use is decided here too, once for all three (`excluded_nodes`): not the
 nodes reserved for another gang, except by Slurm's EASY backfill rule: a job with a time limit
-may use a reservation's nodes when it will end before that reservation's shadow time.
+may use a reservation's nodes when it will end before that reservation's shadow time; and a gang
+that outranks the holder in their team's queue may use them.
 """
 
 from __future__ import annotations
@@ -45,12 +46,14 @@ def _slots(histogram: list[int], g: int) -> int:
 
 
 class CapacityView:
-    """Free GPUs of a cell as one decider sees them while it tries placements."""
+    """Free GPUs of a cell as one decider sees them while it tries placements. GPUs held for a waiting gang
+    (claimed) are not free, except after `unclaim` (to place that gang, or once its hold is released)."""
 
     def __init__(self, cluster: Cluster) -> None:
         self.cluster = cluster
         self.taken: dict[str, set[int]] = {}
         self.released: dict[str, set[int]] = {}
+        self.unclaimed: dict[str, set[int]] = {}
         self.effective: dict[str, int] = {}  # node -> free count in this view, where it differs from the index
         self.histogram: dict[tuple[str, int, str], list[int]] = {}  # overrides of the index
 
@@ -59,8 +62,10 @@ class CapacityView:
     def free_indices(self, node: Node) -> list[int]:
         taken = self.taken.get(node.name, ())
         released = self.released.get(node.name, ())
+        unclaimed = self.unclaimed.get(node.name, ())
         return [i for i in range(node.gpus)
-                if (i not in node.holder or i in released) and i not in node.retired and i not in taken]
+                if (i not in node.holder or i in released) and i not in node.retired and i not in taken
+                and (i not in node.claimed or i in unclaimed)]
 
     def free(self, node: Node) -> int:
         if node.name in self.effective:
@@ -95,13 +100,44 @@ class CapacityView:
                 continue
             released = self.released.setdefault(name, set())
             taken = self.taken.get(name, ())
-            # GPUs that become free in this view: held in the folded state, not yet released, healthy, not taken
+            # GPUs that become free in this view: held in the folded state, not yet released, healthy, not taken,
+            # not held for a waiting gang
+            unclaimed = self.unclaimed.get(name, ())
             freed = sum(1 for g in gpus if g in node.holder and g not in released and g not in node.retired
-                        and g not in taken)
+                        and g not in taken and (g not in node.claimed or g in unclaimed))
             released.update(gpus)
             if freed:
                 before = self.free(node)
                 self._set_free(node, before, before + freed)
+
+    def free_gpus(self, gpu_type: str) -> int:
+        """Free GPUs of a type in this view, on schedulable nodes."""
+        histogram = self.histogram.get((gpu_type, CELL, "")) or self.cluster.histogram.get((gpu_type, CELL, ""), ())
+        return sum(free * count for free, count in enumerate(histogram))
+
+    def unclaim(self, job: Job) -> None:
+        """Makes the GPUs held for `job` usable in this view (by it, or by anyone once its hold is gone)."""
+        self._claims(job, True)
+
+    def reclaim(self, job: Job) -> None:
+        """Undoes `unclaim`: the GPUs held for `job` are off limits again."""
+        self._claims(job, False)
+
+    def _claims(self, job: Job, usable: bool) -> None:
+        for _, name, gpus in job.held:
+            node = self.cluster.nodes.get(name)
+            if node is None or not node.schedulable:
+                continue
+            mine = {g for g in gpus if node.claimed.get(g) == job.job_id}
+            unclaimed = self.unclaimed.setdefault(name, set())
+            if (mine <= unclaimed) if usable else not mine & unclaimed:
+                continue  # already so
+            before = self.free(node)
+            if usable:
+                unclaimed |= mine
+            else:
+                unclaimed -= mine
+            self._set_free(node, before, len(self.free_indices(node)))
 
     def _histogram(self, key: tuple[str, int, str], excluded: dict[str, Node]) -> list[int]:
         histogram = self.histogram.get(key) or self.cluster.histogram.get(key) or [0]
@@ -126,9 +162,17 @@ class CapacityView:
                   if n in cluster.nodes and cluster.nodes[n].gpu_type == gpu_type and cluster.nodes[n].schedulable}
         cell = self._histogram((gpu_type, CELL, ""), hidden)
         if not any(cell):
+            if hidden:
+                return Unplaceable(Reason.WAITING_BEHIND_RESERVATION,
+                                   f"every schedulable {gpu_type} node is reserved for another gang")
             return Unplaceable(Reason.NO_HEALTHY_NODES_OF_TYPE, f"no schedulable {gpu_type} node in the cell")
         free_total = sum(free * count for free, count in enumerate(cell))
         if free_total < need:
+            kept = self._kept_for_others(gpu_type, hidden)
+            if free_total + kept >= need:
+                return Unplaceable(Reason.WAITING_BEHIND_RESERVATION,
+                                   f"needs {need} {gpu_type} GPUs, {free_total} free; {kept} more are free but "
+                                   f"reserved or held for other gangs")
             return Unplaceable(Reason.INSUFFICIENT_FREE_GPUS, f"needs {need} {gpu_type} GPUs, {free_total} free")
         if _slots(cell, g) < workers:
             return Unplaceable(Reason.FRAGMENTED,
@@ -141,6 +185,18 @@ class CapacityView:
                 return Placement(self._assign(members, job, workers, policy, hidden), domain)
         return Unplaceable(Reason.TOPOLOGY_DOMAIN_TOO_SMALL,
                            f"no single {job.topology_required} has {workers} free slots of {g} {gpu_type} GPUs")
+
+    def _kept_for_others(self, gpu_type: str, hidden: dict[str, Node]) -> int:
+        """Free GPUs of the type that this placement may not use: on nodes reserved for other gangs, or held for
+        another waiting gang."""
+        kept = sum(self.free(node) for node in hidden.values())
+        for name in sorted(self.cluster.claimed_on):
+            node = self.cluster.nodes[name]
+            if node.gpu_type == gpu_type and node.schedulable and name not in hidden:
+                unclaimed = self.unclaimed.get(name, ())
+                taken = self.taken.get(name, ())
+                kept += sum(1 for g in node.claimed if g not in node.holder and g not in unclaimed and g not in taken)
+        return kept
 
     def _tightest(self, job: Job, workers: int, level: int,
                   hidden: dict[str, Node]) -> tuple[str | None, list[str]] | None:
@@ -263,14 +319,21 @@ def may_backfill(job: Job, now: int, shadows: Mapping[str, int | None]) -> bool:
 
 
 def excluded_nodes(reservations: Mapping[str, Sequence[str]], job: Job, now: int,
-                   shadows: Mapping[str, int | None]) -> list[str]:
-    """Nodes reserved for other gangs that `job` may not use: all of them but those of reservations
-    it ends before (EASY backfill). A reservation missing from `shadows` has an unknown shadow."""
+                   shadows: Mapping[str, int | None], jobs: Mapping[str, Job]) -> list[str]:
+    """Nodes reserved for other gangs that `job` may not use: all of them but those of reservations it ends
+    before (EASY backfill), and those of gangs of its own team that it outranks (a reservation keeps lower-ranked
+    work off a gang's nodes, not higher-ranked). A reservation missing from `shadows` has an unknown shadow."""
     return [name for holder, nodes in reservations.items()
-            if holder != job.job_id and not ends_before(job, now, shadows.get(holder)) for name in nodes]
+            if holder != job.job_id and not ends_before(job, now, shadows.get(holder))
+            and not outranks(job, jobs.get(holder)) for name in nodes]
+
+
+def outranks(job: Job, other: Job | None) -> bool:
+    """Whether `job` comes before `other` in their team's queue (priority, then submit order)."""
+    return other is not None and other.team == job.team and job.rank_key() < other.rank_key()
 
 
 def off_limits(state: CellState, job: Job, now: int, gone: frozenset[str] = frozenset()) -> list[str]:
     """The reserved nodes `job` may not use in the folded state (were the jobs in `gone` evicted)."""
     shadows = shadow_times(state, now, gone) if job.time_limit_ms is not None else {}
-    return excluded_nodes(state.reservations, job, now, shadows)
+    return excluded_nodes(state.reservations, job, now, shadows, state.jobs)

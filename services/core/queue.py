@@ -52,9 +52,9 @@ class WaitingGangs:
     @classmethod
     def of(cls, state: CellState, now: int, key: Callable[[Job], tuple],
            keep: Callable[[Job], bool] = lambda job: True) -> WaitingGangs:
-        """Every waiting gang: groups of equal needs, and each reservation holder on its own (it sees
-        nodes the others don't). `keep` drops whole groups by their first member."""
-        holders = state.reservations
+        """Every waiting gang: groups of equal needs, and each gang that holds a reservation or capacity on its
+        own (it sees nodes the others don't). `keep` drops whole groups by their first member."""
+        holders = state.reservations.keys() | state.holds if state.holds else state.reservations
         groups: list[Sequence[tuple[object, str]]] = [[(None, job_id)] for job_id in sorted(holders)
                                                       if job_id in state.queued]
         for members in state.queued_by_needs.values():  # (rank, job id), read in place: a cycle folds nothing

@@ -364,7 +364,13 @@ class Client:
             return known is not None and (known.value, known.preemptible) == (event.value, event.preemptible)
         if isinstance(event, m.TeamDefined):
             known = tenancy.teams.get(event.team)
-            return known is not None and (known.cohort, known.weight_milli) == (event.cohort, event.weight_milli)
+            rules = known.preemption if known is not None else None
+            return known is not None and (known.cohort, known.weight_milli) == (event.cohort, event.weight_milli) and (
+                rules.within_team, rules.reclaim_within_cohort, rules.borrow_within_cohort,
+                rules.max_priority_threshold) == (
+                *(None if rule is None else rule.value
+                  for rule in (event.within_team, event.reclaim_within_cohort, event.borrow_within_cohort)),
+                event.max_priority_threshold)
         if isinstance(event, m.QuotaSet):
             known = tenancy.quotas.get((event.team, event.gpu_type))
             return known is not None and (known.nominal, known.borrowing_limit, known.lending_limit) == (

@@ -1,16 +1,33 @@
-"""Preemption knobs: when eviction is allowed and how long a victim has to checkpoint."""
+"""Preemption knobs: when eviction is allowed, whom each team may evict by default, and how long a victim has to
+checkpoint. A team's own rules (TeamDefined) override the three rule defaults; services/preemptor/victims.py
+says what each rule allows."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+#: The values each rule accepts (Kueue's ClusterQueue `preemption`).
+RULE_VALUES = {
+    "within_team": ("Never", "LowerPriority", "LowerOrNewerEqualPriority"),
+    "reclaim_within_cohort": ("Never", "LowerPriority", "Any"),
+    "borrow_within_cohort": ("Never", "LowerPriority"),
+}
+
 
 @dataclass(frozen=True)
 class PreemptionPolicy:
     enabled: bool = True
-    reclaim_lent_quota: bool = True  # evict borrowers so a lender gets its nominal back
-    priority: bool = True  # evict lower-priority preemptible jobs
+    within_team: str = "LowerPriority"  # a team's higher-priority gangs evict its lower-priority jobs
+    reclaim_within_cohort: str = "Any"  # a team within its nominal evicts borrowers of its cohort, of any priority
+    borrow_within_cohort: str = "LowerPriority"  # a gang that must borrow evicts lower-priority borrowers
+    max_priority_threshold: int | None = None  # ... of at most this priority (None: any lower one)
     checkpoint_aware: bool = True  # prefer victims that lose the least work since their last checkpoint
     checkpoint_grace_ms: int = 5 * 60_000
     min_runtime_ms: int = 10 * 60_000  # a job just (re)started is protected this long
     wait_before_preempting_ms: int = 0  # how long a gang must have waited before it may preempt
+
+    def __post_init__(self) -> None:
+        for name, values in RULE_VALUES.items():
+            if getattr(self, name) not in values:
+                raise ValueError(f"policy.preemption.{name} must be one of {', '.join(values)}, "
+                                 f"not {getattr(self, name)!r}")

@@ -40,8 +40,7 @@ class Recovery:
             node = state.cluster.nodes.get(event.node)
             if node is None:
                 return []
-            return [*interrupt(state, _jobs_on(state, node), node.name, Reason.NODE_FAILED,
-                               f"node {node.name} failed", ctx), *activate_spare(state, node, ctx)]
+            return node_lost(state, node, Reason.NODE_FAILED, f"node {node.name} failed", ctx)
         if isinstance(event, m.GpuErrorReported):
             return gpu_error(state, event, ctx)
         if isinstance(event, m.GpuFaulted):
@@ -91,8 +90,7 @@ def gpu_faulted(state: CellState, event: m.GpuFaulted, ctx: Context) -> list[m.D
     detail = f"Xid {event.xid} on {node.name} GPU {event.gpu}: {meaning}"
     reason = _XID_REASONS[event.action]
     if event.action is XidAction.CORDON_NODE:
-        return [*interrupt(state, _jobs_on(state, node), node.name, reason, detail, ctx),
-                *activate_spare(state, node, ctx)]
+        return node_lost(state, node, reason, detail, ctx)
     holder = node.holder.get(event.gpu)
     jobs = [state.jobs[holder]] if holder is not None else []
     return interrupt(state, jobs, node.name, reason, detail, ctx)
@@ -110,6 +108,57 @@ def worker_exited(state: CellState, event: m.WorkerExited, ctx: Context) -> list
     return []
 
 
+def node_lost(state: CellState, node: Node, reason: Reason, detail: str, ctx: Context) -> list[m.Decision]:
+    """A node is out of service: the jobs on it are interrupted, and a spare of its domain joins the pool. Each
+    interrupted gang that will restart first gets its surviving GPUs and room on the spare held for it through
+    its back-off, so queued work does not take its place meanwhile (Kueue's node hot swap)."""
+    jobs = _jobs_on(state, node)
+    spare = activate_spare(state, node, ctx)
+    holds = hold_through_backoff(state, jobs, node, spare[0].node if spare else None, ctx)
+    return [*holds, *interrupt(state, jobs, node.name, reason, detail, ctx), *spare]
+
+
+def hold_through_backoff(state: CellState, jobs: list[Job], lost: Node, spare: str | None,
+                         ctx: Context) -> list[m.Decision]:
+    """CapacityHeld for each gang on the lost node that will be requeued: its GPUs on the other nodes, and for
+    its workers on the lost node GPUs of the spare, as far as the spare has room, with its quota, until its
+    back-off ends (and `hold_grace_ms` after, so that the admission cycle at its end finds the hold). A gang
+    with nothing left to keep (it ran on the lost node alone, and no spare has room) gets no hold."""
+    policy = ctx.policy.recovery
+    if not policy.hold_through_backoff:
+        return []
+    node = state.cluster.nodes.get(spare) if spare is not None else None
+    room = node.free_indices() if node is not None and node.gpu_type == lost.gpu_type else []
+    decisions: list[m.Decision] = []
+    for job in sorted(jobs, key=lambda j: j.job_id):
+        backoff = _backoff(job, policy)
+        if not job.holds_capacity or backoff is None:
+            continue
+        g = job.gpus_per_worker
+        held = [(w, name, gpus) for w, name, gpus in job.assignments if name != lost.name]
+        for w, name, _ in job.assignments:
+            if name == lost.name and len(room) >= g:
+                held.append((w, spare, tuple(room[:g])))
+                room = room[g:]
+        if not held:
+            continue  # nothing of its place is left to keep
+        until = ctx.now + backoff + policy.hold_grace_ms
+        decisions.append(m.CapacityHeld(
+            envelope=ctx.envelope(Reason.HELD_THROUGH_BACKOFF, job.job_id), job_id=job.job_id, team=job.team,
+            gpu_type=job.gpu_type, gpus=job.held_gpus, until=until,
+            assignments=[m.WorkerAssignment(worker=w, node=n, gpus=list(gpus)) for w, n, gpus in sorted(held)],
+            detail=f"{lost.name} was lost: {', '.join(sorted({n for _, n, _ in held}))} held until it restarts"))
+    return decisions
+
+
+def _backoff(job: Job, policy) -> int | None:
+    """How long the job backs off before its next attempt, or None when its restart budget is spent."""
+    restarts = job.restarts + 1
+    if restarts > job.max_restarts:
+        return None
+    return min(policy.backoff_max_ms, policy.backoff_base_ms * 2 ** (restarts - 1))
+
+
 def interrupt(state: CellState, jobs: list[Job], node: str | None, reason: Reason, detail: str,
               ctx: Context) -> list[m.Decision]:
     """JobInterrupted for each job, then JobRequeued with back-off or JobFailed when its budget is spent."""
@@ -120,13 +169,12 @@ def interrupt(state: CellState, jobs: list[Job], node: str | None, reason: Reaso
             continue
         decisions.append(m.JobInterrupted(envelope=ctx.envelope(reason, job.job_id), job_id=job.job_id,
                                           attempt=job.attempt, node=node, detail=detail))
-        restarts = job.restarts + 1
-        if restarts > job.max_restarts:
+        backoff = _backoff(job, policy)
+        if backoff is None:
             decisions.append(m.JobFailed(envelope=ctx.envelope(Reason.RESTART_BUDGET_SPENT, job.job_id),
                                          job_id=job.job_id,
-                                         detail=f"{restarts} interruptions, restart budget {job.max_restarts}"))
+                                         detail=f"{job.restarts + 1} interruptions, restart budget {job.max_restarts}"))
             continue
-        backoff = min(policy.backoff_max_ms, policy.backoff_base_ms * 2 ** (restarts - 1))
         decisions.append(m.JobRequeued(
             envelope=ctx.envelope(Reason.BACKOFF_SCHEDULED, job.job_id), job_id=job.job_id,
             attempt=job.attempt + 1, not_before=ctx.now + backoff,
@@ -135,7 +183,7 @@ def interrupt(state: CellState, jobs: list[Job], node: str | None, reason: Reaso
     return decisions
 
 
-def activate_spare(state: CellState, failed: Node, ctx: Context) -> list[m.Decision]:
+def activate_spare(state: CellState, failed: Node, ctx: Context) -> list[m.SpareActivated]:
     """The free spare of the same GPU type and outermost domain that shares the deepest domain with `failed`."""
     if not ctx.policy.recovery.use_hot_spares:
         return []

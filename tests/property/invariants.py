@@ -11,7 +11,7 @@ from projections.jobs import HOLDING, JobState
 from projections.overlay import lay
 from projections.validate import refusal
 from services.core.decider import Context
-from services.core.placement import ends_before, shadow_time
+from services.core.placement import ends_before, outranks, shadow_time
 
 
 def _took_effect(job, offset: int) -> bool:
@@ -43,13 +43,25 @@ def check_bindings(state: CellState) -> None:
 
 
 def check_nodes(state: CellState) -> None:
-    """A spare holds work only once activated; a reserved node is held back for a queued gang that knows it."""
+    """A spare holds work only once activated; a reserved node is held back for a queued gang that knows it; a
+    GPU held for a gang is one its hold names, and the quota held is the sum of the holds."""
     for node in state.cluster.nodes.values():
         assert not node.holder or not node.spare or node.activated, f"inactive spare {node.name} holds GPUs"
         if node.reserved_for is not None:
             holder = state.jobs.get(node.reserved_for)
             assert holder is not None and holder.state is JobState.QUEUED and node.name in holder.reserved_nodes, (
                 f"{node.name} is reserved for {node.reserved_for}, which does not hold it")
+        for g, job_id in node.claimed.items():
+            job = state.jobs.get(job_id)
+            assert job is not None and job.has_hold and any(n == node.name and g in gpus for _, n, gpus in job.held), (
+                f"GPU {node.name}/{g} is held for {job_id}, whose hold does not name it")
+    held: dict[tuple[str, str], int] = {}
+    for job_id in sorted(state.holds):
+        job = state.jobs[job_id]
+        assert job.has_hold and not job.ended, f"{job_id} is listed with a hold it does not have"
+        held[(job.team, job.gpu_type)] = held.get((job.team, job.gpu_type), 0) + job.held_quota
+    assert held == {k: v for k, v in state.tenancy.held.items() if v}, f"held quota {state.tenancy.held} != {held}"
+    assert state.holds == {j for j, job in state.jobs.items() if job.has_hold}
 
 
 def check_placement(state: CellState, placed: m.JobPlaced, offset: int) -> None:
@@ -90,13 +102,17 @@ def check_admission(state: CellState, admitted: m.JobAdmitted, offset: int) -> N
         f"{job.job_id}: pool of {job.team} uses {tenancy.pool_used(*key)} of {tenancy.pool_size(*key)}")
 
 
-def check_backfill(state: CellState, admitted: m.JobAdmitted, offset: int) -> None:
-    """A job admitted onto another gang's reserved node ends, by its time limit, before that reservation's shadow time."""
+def check_backfill(state: CellState, admitted: m.JobAdmitted, offset: int, claimed: dict) -> None:
+    """A job admitted onto another gang's reserved node ends, by its time limit, before that reservation's shadow
+    time, unless it outranks the holder in their team's queue or the GPUs there were held for it (`claimed`, as
+    they were before the admission was folded)."""
     job = state.jobs[admitted.job_id]
     if job.state is not JobState.ADMITTED or not _took_effect(job, offset):
         return  # superseded
-    for name in job.nodes():
+    for _, name, gpus in job.assignments:
         holder = state.cluster.nodes[name].reserved_for
+        if all(claimed.get((name, g)) == job.job_id for g in gpus) or outranks(job, state.jobs.get(holder)):
+            continue
         if holder is not None and holder != job.job_id:
             shadow = shadow_time(state, state.reservations[holder], admitted.at, frozenset({job.job_id}))
             assert ends_before(job, admitted.at, shadow), (
@@ -104,17 +120,51 @@ def check_backfill(state: CellState, admitted: m.JobAdmitted, offset: int) -> No
                 f"until {shadow}")
 
 
-def check_preemption(state: CellState, request: m.PreemptionRequested) -> None:
-    """The victim ranks below the job it makes room for, judged on the state the decision saw."""
+def check_preemption(state: CellState, request: m.PreemptionRequested, policy) -> None:
+    """The victim may be preempted for the job it makes room for under the job's team's rules (Kueue's within-team,
+    reclaim and borrow-within-cohort), judged on the state the decision saw."""
     victim, beneficiary = state.jobs[request.job_id], state.jobs[request.for_job_id]
     tenancy = state.tenancy
-    victim_borrows = tenancy.used(victim.team, victim.gpu_type) > tenancy.quota(victim.team, victim.gpu_type).nominal
-    within = (tenancy.used(beneficiary.team, beneficiary.gpu_type) + beneficiary.min_gpus
-              <= tenancy.quota(beneficiary.team, beneficiary.gpu_type).nominal)
+    usage = tenancy.committed(beneficiary)
     assert victim.preemptible and victim.gpu_type == beneficiary.gpu_type
-    assert victim.priority < beneficiary.priority or (victim_borrows and within), (
-        f"{victim.job_id} (priority {victim.priority}, borrowing {victim_borrows}) preempted for "
-        f"{beneficiary.job_id} (priority {beneficiary.priority}, within nominal {within})")
+    assert beneficiary.job_id not in victim.yielded_to, f"{victim.job_id} preempted twice for {beneficiary.job_id}"
+    team = tenancy.teams[beneficiary.team].preemption
+    within_team = team.within_team or policy.within_team
+    reclaim = team.reclaim_within_cohort or policy.reclaim_within_cohort
+    borrow = team.borrow_within_cohort or policy.borrow_within_cohort
+    threshold = team.max_priority_threshold if team.max_priority_threshold is not None else policy.max_priority_threshold
+    lower = victim.priority < beneficiary.priority
+    what = (f"{victim.job_id} ({victim.team}, priority {victim.priority}) preempted for {beneficiary.job_id} "
+            f"({beneficiary.team}, priority {beneficiary.priority})")
+    if victim.team == beneficiary.team:
+        newer = victim.priority == beneficiary.priority and victim.rank_key() > beneficiary.rank_key()
+        assert (within_team == "LowerPriority" and lower) or (within_team == "LowerOrNewerEqualPriority"
+                                                              and (lower or newer)), f"{what} under {within_team}"
+        return
+    key = (victim.team, victim.gpu_type)
+    assert victim.team in tenancy.pool_members(beneficiary.team), what
+    assert usage.get(key, 0) > tenancy.quota(*key).nominal, f"{what}: its team does not borrow"
+    assert reclaim == "Any" or (reclaim == "LowerPriority" and lower), f"{what} under reclaim {reclaim}"
+    own = (beneficiary.team, beneficiary.gpu_type)
+    if usage.get(own, 0) + beneficiary.min_gpus > tenancy.quota(*own).nominal:  # it must borrow
+        assert borrow == "LowerPriority" and lower and (threshold is None or victim.priority <= threshold), (
+            f"{what} while borrowing, under {borrow} (threshold {threshold})")
+
+
+def check_keeps_nominal(state: CellState, requests: list[m.PreemptionRequested]) -> None:
+    """Once every victim asked for one gang is gone, every other team still uses at least its nominal quota."""
+    beneficiary = state.jobs[requests[0].for_job_id]
+    usage = dict(state.tenancy.committed(beneficiary))
+    for request in requests:
+        victim = state.jobs[request.job_id]
+        if victim.team != beneficiary.team:
+            usage[(victim.team, victim.gpu_type)] -= victim.held_gpus
+    for request in requests:
+        key = (state.jobs[request.job_id].team, beneficiary.gpu_type)
+        if key[0] != beneficiary.team:
+            assert usage[key] >= state.tenancy.quota(*key).nominal, (
+                f"preempting for {beneficiary.job_id} leaves {key[0]} at {usage[key]} of nominal "
+                f"{state.tenancy.quota(*key).nominal}")
 
 
 class Invariants:
@@ -125,6 +175,7 @@ class Invariants:
         self.purity = purity
         self.seen = 0
         self.events = 0
+        self.claimed: dict[tuple[str, int], str] = {}  # GPUs held for gangs before the event being checked
 
     def __call__(self, cell, event: m.Event, offset: int) -> None:
         state = cell.state
@@ -136,14 +187,20 @@ class Invariants:
         check_nodes(state)
         if isinstance(event, m.JobAdmitted):
             check_admission(state, event, offset)
-            check_backfill(state, event, offset)
+            check_backfill(state, event, offset, self.claimed)
         if isinstance(event, m.JobPlaced):
             check_placement(state, event, offset)
+        requests: dict[str, list[m.PreemptionRequested]] = {}
         for decision in new:
             if isinstance(decision, m.PreemptionRequested):
-                check_preemption(state, decision)
+                check_preemption(state, decision, cell.policy.preemption)
+                requests.setdefault(decision.for_job_id, []).append(decision)
+        for batch in requests.values():
+            check_keeps_nominal(state, batch)
         if self.purity and not isinstance(event, m.NodeHeartbeat):
             self.check_pure(cell, event, offset, new)
+        self.claimed = {(name, g): job for name in sorted(state.cluster.claimed_on)
+                        for g, job in state.cluster.nodes[name].claimed.items()}
 
     @staticmethod
     def check_pure(cell, event: m.Event, offset: int, new: list[m.Event]) -> None:

@@ -83,7 +83,19 @@ VARIANTS: list[dict] = [
     {"admission": {"borrowing": False, "max_reservations": 1}, "placement": {"best_fit": False}},
     {"placement": {"topology_aware": False}, "recovery": {"use_hot_spares": False}},
     {"preemption": {"enabled": False}, "admission": {"admissions_per_team_per_cycle": 1}},
+    {"preemption": {"checkpoint_grace": "0s", "min_runtime": "0s"}, "admission": {"protect_queue_heads": False}},
 ]
+
+
+def _rules(c: Chooser) -> dict:
+    """A team's preemption rules, each left to the policy or drawn from what Kueue allows."""
+    rules = {"within_team": c.one([None, None, "Never", "LowerPriority", "LowerOrNewerEqualPriority"]),
+             "reclaim_within_cohort": c.one([None, None, "Never", "LowerPriority", "Any"]),
+             "borrow_within_cohort": c.one([None, None, "Never", "LowerPriority"]),
+             "max_priority_threshold": c.one([None, None, 10, 50])}
+    if rules["reclaim_within_cohort"] == "Never":
+        rules["borrow_within_cohort"] = None
+    return {k: v for k, v in rules.items() if v is not None}
 
 
 def stream(c: Chooser, steps: int) -> Scenario:
@@ -102,8 +114,10 @@ def stream(c: Chooser, steps: int) -> Scenario:
             "count": 5, "gpus": 4, "gpu_type": "H100", "nodes_per_rack": 3, "racks_per_block": 1,
             "spares_per_rack": 1}}]},
         "cohorts": [{"name": "co"}],
-        "teams": [{"name": "a", "cohort": "co", "weight": 2, "quota": {"H100": {"nominal": 8, "borrowing_limit": 4}}},
-                  {"name": "b", "cohort": "co", "quota": {"H100": {"nominal": 4, "lending_limit": 2}}},
+        "teams": [{"name": "a", "cohort": "co", "weight": 2, "quota": {"H100": {"nominal": 8, "borrowing_limit": 4}},
+                   "preemption": _rules(c)},
+                  {"name": "b", "cohort": "co", "quota": {"H100": {"nominal": 4, "lending_limit": 2}},
+                   "preemption": _rules(c)},
                   {"name": "c", "quota": {"H100": 4}}],
         "priority_classes": [{"name": "low", "value": 10}, {"name": "high", "value": 100},
                              {"name": "prod", "value": 50, "preemptible": False}],

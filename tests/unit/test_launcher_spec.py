@@ -84,10 +84,16 @@ BAD_DEFINITIONS = [
      "spec.quotas.H100.borrowing_limit: must be ≥ 0"),
     (TEAM, "spec.quotas", {"H100": {"nominal": 4, "lending_limit": -1}}, "spec.quotas.H100.lending_limit: must be ≥ 0"),
     (TEAM, "spec.quotas", {"H100": {"borrowing_limit": 2}}, "spec.quotas.H100.nominal: required"),
-    (TEAM, "spec.preemption", {"within_team": "Sometimes"}, "spec.preemption.within_team: input should be 'Never'"),
+    (TEAM, "spec.preemption", {"within_team": "Sometimes"},
+     "spec.preemption.within_team: must be 'Never', 'LowerPriority' or 'LowerOrNewerEqualPriority'"),
     (TEAM, "spec.preemption", {"reclaim_within_cohort": "All"},
-     "spec.preemption.reclaim_within_cohort: input should be"),
+     "spec.preemption.reclaim_within_cohort: must be 'Never', 'LowerPriority' or 'Any'"),
     (TEAM, "spec.preemption", {"borrow_within_cohort": 1}, "spec.preemption.borrow_within_cohort: input should be"),
+    (TEAM, "spec.preemption", {"within_team": "Any"}, "spec.preemption.within_team: must be 'Never'"),
+    (TEAM, "spec.preemption", {"borrow_within_cohort": "Any"},
+     "spec.preemption.borrow_within_cohort.policy: must be 'Never' or 'LowerPriority'"),
+    (TEAM, "spec.preemption", {"reclaim_within_cohort": "Never", "borrow_within_cohort": "LowerPriority"},
+     "spec.preemption.borrow_within_cohort: needs reclaim_within_cohort other than Never"),
     ({"kind": "Cohort", "metadata": {"name": "lab"}}, "spec.parent", "x y", "spec.parent: 'x y' is not a valid name"),
     ({"kind": "PriorityClass", "metadata": {"name": "p"}, "spec": {"value": 1}}, "spec.value", "high",
      "spec.value: input should be a valid integer"),
@@ -144,9 +150,14 @@ def test_a_job_becomes_its_submission_and_the_same_spec_the_same_event():
 def test_a_team_becomes_its_definition_and_quotas():
     team = parse_document({**TEAM, "spec": {"cohort": "lab", "weight": 2,
                                              "quotas": {"H100": 4, "A100": {"nominal": 2, "lending_limit": 1}},
-                                             "preemption": {"within_team": "LowerPriority"}}}, "t")
+                                             "preemption": {"within_team": "LowerPriority",
+                                                            "borrow_within_cohort": {"policy": "LowerPriority",
+                                                                                     "max_priority_threshold": 100}}}},
+                          "t")
     events = definition_events(team, "cell-a", 5)
     assert [type(e) for e in events] == [m.TeamDefined, m.QuotaSet, m.QuotaSet]
     assert (events[0].team, events[0].cohort, events[0].weight_milli) == ("vision", "lab", 2000)
+    assert (events[0].within_team, events[0].reclaim_within_cohort, events[0].borrow_within_cohort,
+            events[0].max_priority_threshold) == ("LowerPriority", None, "LowerPriority", 100)
     assert [(q.gpu_type, q.nominal, q.borrowing_limit, q.lending_limit) for q in events[1:]] == [
         ("A100", 2, None, 1), ("H100", 4, None, None)]

@@ -1,0 +1,270 @@
+"""Queue heads and their expected start: what lower-ranked work may not delay (Slurm's backfill guarantee).
+
+A gang that heads its team's queue (the first of the team's waiting gangs by priority and submit order) has an
+expected start: now if it is admissible now (its quota fits and it has a placement); otherwise the earliest later time at
+which, as the work holding GPUs and quota of its type gives them back by its time limits (a gang being
+preempted: by its checkpoint deadline; work past its limit: now), its GPU type has room for its smallest
+admissible gang and its team's quota admits it. Work without a time limit gives back its GPUs and quota only
+`EVENTUALLY`, at unknown times after all work with one; a head that waits for it needs all that is free before
+then. GPUs and quota held for other waiting gangs never come back in this count. Beyond now, node slots and topology are not modelled (like services/core/forecast.py). A head that holds
+a reservation has its GPUs kept by its reserved nodes (EASY backfill, cell-wide), so only its quota counts here;
+one with capacity held for it (CapacityHeld) is covered by the hold.
+
+Lower-ranked work of the head's team and GPU type may start only when the head cannot start now, and then when it ends
+by its own time limit before the head's expected start, or when the head still has room at that start with it
+running (it uses only what the head will not need); a job without a time limit only the latter, and nothing
+passes a head that waits for work without a time limit unless it leaves the head room just before that work's
+unknown end. So admitting it never moves the head's expected start later. `head_start` is the plain definition on a folded state (the property tests use it as is); the
+admitter's `Guard` computes the same once per head and cycle and keeps it current as the cycle admits.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Container, Iterable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from projections.cell import CellState
+from projections.jobs import Job, JobState
+from projections.tenancy import Tenancy
+from projections.validate import LATEST_MS
+from services.core.placement import CapacityView, Placement, expected_end, off_limits, place_gang
+from services.core.quota import quota_fit
+
+if TYPE_CHECKING:  # the policy is a value the caller passes in
+    from services.policy import Policy
+
+#: The expected start of a head that waits for work without a time limit: later than any known time.
+EVENTUALLY = LATEST_MS + 1
+
+Usage = dict[tuple[str, str], int]
+
+
+@dataclass
+class HeadStart:
+    """A head's expected start (None: it can never start on what the cell holds, so nothing delays it), with the
+    GPUs of its type free and the quota usage at that time."""
+
+    job: Job
+    start: int | None
+    free: int
+    usage: Usage
+    tenancy: Tenancy
+    borrowing: bool
+    count_gpus: bool = True  # False for a gang holding a reservation: its reserved nodes keep its GPUs
+
+    def delayed_by(self, job: Job, gpus: int, now: int) -> bool:
+        """Whether admitting `gpus` GPUs of `job` now would push the head's expected start later (when the head
+        can start now, any admission of its GPU type might)."""
+        if self.start is None or job.gpu_type != self.job.gpu_type:
+            return False
+        if self.start == now:
+            return True
+        return self._runs_at_start(job, now) and not self._fits(self.free - gpus, self._with(job, gpus))
+
+    def admit(self, job: Job, gpus: int, now: int) -> bool:
+        """Counts an admission that runs at the head's start; False when the start must be computed again (the
+        admission took room the head needs: it ranked above the head)."""
+        if self.start is None or job.gpu_type != self.job.gpu_type:
+            return True
+        if self.start == now:
+            return False
+        if not self._runs_at_start(job, now):
+            return True
+        self.free -= gpus
+        self.usage = self._with(job, gpus)
+        return self._fits(self.free, self.usage)
+
+    def _runs_at_start(self, job: Job, now: int) -> bool:
+        return job.time_limit_ms is None or self.start == EVENTUALLY or now + job.time_limit_ms > self.start
+
+    def _with(self, job: Job, gpus: int) -> Usage:
+        usage = dict(self.usage)
+        key = (job.team, job.gpu_type)
+        usage[key] = usage.get(key, 0) + gpus
+        return usage
+
+    def _fits(self, free: int, usage: Usage) -> bool:
+        need = self.job.min_gpus
+        return (free >= need or not self.count_gpus) and self.tenancy.admissible(self.job.team, self.job.gpu_type, need, self.borrowing,
+                                                        usage).fits
+
+
+def held_free(state: CellState, job: Job) -> int:
+    """GPUs held for `job` that no job holds now: free for it alone."""
+    nodes = state.cluster.nodes
+    return sum(1 for _, name, gpus in job.held for g in gpus
+               if name in nodes and nodes[name].schedulable and g not in nodes[name].holder
+               and nodes[name].claimed.get(g) == job.job_id)
+
+
+#: (when, GPUs that come free then, quota given back then, team): one job giving back what it holds.
+Release = tuple[int, int, int, str]
+
+
+def releases(state: CellState, gpu_type: str, admitted: Iterable[tuple[Job, int]] = (), now: int = 0) -> list[Release]:
+    """When each job holding capacity of the type gives it back (EVENTUALLY without a time limit; a gang being
+    preempted, by its deadline), with the GPUs that count as free then (those on schedulable nodes, healthy and
+    held for no waiting gang) and its quota; `admitted` are gangs admitted at `now` but not folded yet."""
+    return sorted([*_held(state, gpu_type), *_admitted(admitted, gpu_type, now)])
+
+
+def _held(state: CellState, gpu_type: str) -> list[Release]:
+    cluster = state.cluster
+    # Nodes where a held GPU may not count as free when it comes back: out of service, retired or claimed GPUs.
+    odd = {node.name: node for node in cluster.of_type(gpu_type)
+           if not node.schedulable or node.retired or node.claimed}
+    out = []
+    for job_id in state.holding:
+        job = state.jobs[job_id]
+        if job.gpu_type != gpu_type:
+            continue
+        end = job.preemption_deadline if job.state is JobState.PREEMPTING else expected_end(job)
+        gpus = 0
+        for _, name, indices in job.assignments:
+            node = odd.get(name)
+            if node is None:
+                gpus += len(indices)
+            elif node.schedulable:
+                gpus += sum(1 for g in indices if g not in node.retired and g not in node.claimed)
+        out.append((EVENTUALLY if end is None else end, gpus, job.held_gpus, job.team))
+    return out
+
+
+def _admitted(admitted: Iterable[tuple[Job, int]], gpu_type: str, now: int) -> list[Release]:
+    return [(EVENTUALLY if job.time_limit_ms is None else now + job.time_limit_ms, gpus, gpus, job.team)
+            for job, gpus in admitted if job.gpu_type == gpu_type]
+
+
+def expected_start(tenancy: Tenancy, head: Job, now: int, free: int, usage: Usage, borrowing: bool,
+                   released: list[Release], admissible_now: bool, reserved: bool) -> HeadStart:
+    """The head's expected start given whether it is admissible now, the GPUs of its type free now, the quota
+    usage now (both as the head sees them: what is held for it counts as free) and the `releases` of the work
+    holding capacity of its type. A head that holds a reservation is protected in GPUs by its reserved nodes
+    (EASY backfill), so only its quota is counted here."""
+    usage = dict(usage)
+    count_gpus = not reserved
+    if admissible_now:
+        return HeadStart(head, now, free, usage, tenancy, borrowing, count_gpus)
+    at = max(now, head.not_before)
+    i = 0
+    while True:
+        if at == now:  # not admissible now, whatever the counts say: the first chance is the next release
+            at = next((r[0] for r in released if r[0] > now), None)
+            if at is None:
+                return HeadStart(head, None, free, usage, tenancy, borrowing, count_gpus)
+        if at == EVENTUALLY:  # its start waits for work without a time limit: what is free before that is its own
+            start = HeadStart(head, EVENTUALLY, free, dict(usage), tenancy, borrowing, count_gpus)
+        while i < len(released) and released[i][0] <= at:
+            _, gpus, quota, team = released[i]
+            free += gpus
+            key = (team, head.gpu_type)
+            usage[key] = usage.get(key, 0) - quota
+            i += 1
+        if at != EVENTUALLY:
+            start = HeadStart(head, at, free, usage, tenancy, borrowing, count_gpus)
+        if start._fits(free, usage):
+            return start
+        if i == len(released):
+            start.start = None
+            return start
+        at = released[i][0]
+
+
+def team_head(state: CellState, team: str, skip: Container[str] = frozenset()) -> Job | None:
+    """The team's first waiting gang by priority and submit order (backing off or not), other than `skip`."""
+    best: tuple | None = None
+    for needs, members in state.queued_by_needs.items():
+        if needs[0] != team:
+            continue
+        for rank, job_id in members:
+            if job_id not in skip:
+                if best is None or (rank, job_id) < best:
+                    best = (rank, job_id)
+                break
+    return state.jobs[best[1]] if best is not None else None
+
+
+def admissible_now(state: CellState, head: Job, now: int, policy: Policy) -> bool:
+    """Whether the admitter would admit the gang now on the folded state: not backing off, its quota fits and a
+    placement exists outside the nodes reserved for other gangs it may not backfill onto."""
+    if head.not_before > now:
+        return False
+    most, fit = quota_fit(state.tenancy, head, policy.admission.borrowing, state.tenancy.committed(head))
+    if not fit.fits:
+        return False
+    view = CapacityView(state.cluster)
+    view.unclaim(head)
+    return isinstance(place_gang(view, head, most, policy.placement, off_limits(state, head, now)), Placement)
+
+
+def head_start(state: CellState, head: Job, now: int, policy: Policy) -> HeadStart:
+    """The plain definition on a folded state: the head's expected start."""
+    free = sum(n.free for n in state.cluster.of_type(head.gpu_type) if n.schedulable) + held_free(state, head)
+    usage = state.tenancy.committed(head)
+    return expected_start(state.tenancy, head, now, free, usage, policy.admission.borrowing,
+                          releases(state, head.gpu_type), admissible_now(state, head, now, policy),
+                          bool(head.reserved_nodes))
+
+
+class Guard:
+    """The heads one admission cycle protects, each with its expected start kept current as the cycle admits:
+    every team's head, against the rest of its team. Gangs with capacity held for them are covered by their
+    hold instead."""
+
+    def __init__(self, state: CellState, now: int, borrowing: bool, free: Callable[[str], int], usage: Usage,
+                 admissible: Callable[[Job], bool], reservations: Container[str], held: Container[str]) -> None:
+        self.state, self.now, self.borrowing = state, now, borrowing
+        # The cycle's view, live: free GPUs by type, quota usage, whether a gang is admissible, reservation holders,
+        # and the gangs with capacity held for them (less the holds this cycle released).
+        self.free, self.usage, self.admissible = free, usage, admissible
+        self.reservations, self.held = reservations, held
+        self.admitted: list[tuple[Job, int]] = []
+        self.admitted_ids: set[str] = set()
+        self.team_heads: dict[str, Job | None] = {}
+        self.starts: dict[str, HeadStart] = {}
+        self.running: dict[str, list[Release]] = {}  # GPU type -> releases of the work the folded state holds
+
+    def blocker(self, job: Job, gpus: int) -> HeadStart | None:
+        """The head whose expected start admitting `gpus` GPUs of `job` now would push later, or None."""
+        head = self.team_head(job.team)
+        if head is None or head.job_id == job.job_id or head.job_id in self.held or head.gpu_type != job.gpu_type:
+            return None
+        start = self.start(head)
+        return start if start.delayed_by(job, gpus, self.now) else None
+
+    def passes(self, job: Job) -> bool:
+        """Whether `job` is admitted past a waiting head of its GPU type (it backfills)."""
+        head = self.team_head(job.team)
+        return (head is not None and head.job_id != job.job_id and head.gpu_type == job.gpu_type
+                and head.job_id not in self.held and self.start(head).start is not None)
+
+    def team_head(self, team: str) -> Job | None:
+        if team not in self.team_heads:
+            self.team_heads[team] = team_head(self.state, team, self.admitted_ids)
+        return self.team_heads[team]
+
+    def start(self, head: Job) -> HeadStart:
+        start = self.starts.get(head.job_id)
+        if start is None:
+            if head.gpu_type not in self.running:
+                self.running[head.gpu_type] = sorted(_held(self.state, head.gpu_type))
+            released = sorted([*self.running[head.gpu_type], *_admitted(self.admitted, head.gpu_type, self.now)])
+            start = self.starts[head.job_id] = expected_start(self.state.tenancy, head, self.now,
+                                                              self.free(head.gpu_type), self.usage, self.borrowing,
+                                                              released, self.admissible(head),
+                                                              head.job_id in self.reservations)
+        return start
+
+    def forget(self, head: Job) -> None:
+        """The head's expected start must be computed again (it now holds a reservation)."""
+        self.starts.pop(head.job_id, None)
+
+    def admit(self, job: Job, gpus: int) -> None:
+        self.admitted.append((job, gpus))
+        self.admitted_ids.add(job.job_id)
+        if self.team_heads.get(job.team) is job:
+            del self.team_heads[job.team]
+        for head_id, start in list(self.starts.items()):
+            if head_id == job.job_id or not start.admit(job, gpus, self.now):
+                del self.starts[head_id]
