@@ -17,6 +17,7 @@ from events import models as m
 from projections.cell import CellState
 from projections.cluster import Node, domain_ids
 from projections.jobs import Checkpoint, Job, JobState
+from projections.reservations import ends_before, shadow_time
 from projections.tenancy import DEFAULT_PRIORITY, PriorityClass, Quota, Team
 from projections.validate import Limits, Refusal, refusal, request_problem
 
@@ -270,6 +271,9 @@ def _job_admitted(state: CellState, e: m.JobAdmitted, offset: int) -> None:
     if fit is None or not fit.fits or fit.borrowed > e.borrowed:
         _note(job, e, offset, SUPERSEDED)  # an admission folded since took the quota this one was decided on
         return
+    if _delays_a_reservation(state, job, e, _at(state, e)):
+        _note(job, e, offset, SUPERSEDED)  # a backfill that no longer ends before the reservation it used
+        return
     _decided_about(state, e, offset)
     _note(job, e, offset)
     _drop_reservation(state, job)
@@ -282,6 +286,18 @@ def _job_admitted(state: CellState, e: m.JobAdmitted, offset: int) -> None:
     if _assignable(state, job, e.assignments):
         _hold(state, job, e.assignments, e.domain)  # the planned topology assignment
     # else the plan went stale in flight: the placer sees no assignment and plans again
+
+
+def _delays_a_reservation(state: CellState, job: Job, e: m.JobAdmitted, now: int) -> bool:
+    """A backfill onto another gang's reserved nodes must end by its time limit before the reservation's shadow
+    time. The admitter checked it on the state it decided on; a fact folded since (the reserved nodes' other work
+    gone early, a new reservation) can make it false, and then the admission does not take effect."""
+    nodes = state.cluster.nodes
+    for holder in sorted({nodes[a.node].reserved_for for a in e.assignments if a.node in nodes} - {None, job.job_id}):
+        shadow = shadow_time(state, state.reservations.get(holder, ()), now, frozenset({job.job_id}))
+        if not ends_before(job, now, shadow):
+            return True
+    return False
 
 
 def _admitted_count(job: Job, gpus: int) -> int | None:
