@@ -43,6 +43,14 @@ def evolve(state: CellState, event: m.Event, offset: int) -> Refusal | None:
     return None
 
 
+def advance(state: CellState, event: m.Event, offset: int) -> None:
+    """Moves the state to `offset` for an event whose effect is already in it: a replica's own decision, laid
+    over its state when made, reaching its place in the log (projections/overlay.py)."""
+    state.offset = offset
+    _advance_time(state, event)
+    _mark_dirty(state, event)
+
+
 def _advance_time(state: CellState, event: m.Event) -> None:
     """A Tick sets the cell's clock; any event moves `now` to its stamp, but not past the clock plus the lead
     the cell allows, nor backwards."""

@@ -235,6 +235,7 @@ class ServiceShell:
             # from, so the group's offsets only need to follow now and then (for lag, and hand-over).
             self.consumer.commit_later(consumed)
         clock = self._lap("commit", clock)
+        replica.settle()  # the store holds the log folded in order; the decisions in flight are saved beside it
         runtime.store.save(replica.state, extra=self._extra(runtime))
         self._lap("store", clock)
 
