@@ -18,7 +18,7 @@ decisions in flight for every record it reads:
 from __future__ import annotations
 
 import copy
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
@@ -67,7 +67,8 @@ class Overlay:
     """Decisions laid over a state, oldest first, with what takes each off again."""
 
     state: CellState
-    laid: list[Laid] = field(default_factory=list)
+    laid: deque[Laid] = field(default_factory=deque)
+    _by_job: dict[str, deque[Laid]] = field(default_factory=dict)  # the laid decisions about each job, oldest first
     _reads: Counter = field(default_factory=Counter)
     _writes: Counter = field(default_factory=Counter)
 
@@ -93,6 +94,8 @@ class Overlay:
         if key is not None and state.tenancy.usage.get(key) != used:  # kept as a change: others' add up with it
             entry.usage = (key, state.tenancy.usage[key] - (used or 0), used is None)
         self.laid.append(entry)
+        if job is not None:
+            self._by_job.setdefault(job.job_id, deque()).append(entry)
         self._reads.update(reads)
         self._writes.update(writes)
 
@@ -122,6 +125,7 @@ class Overlay:
                 state.jobs[job_id] = job
                 state.set_state(job, job.state)
         self.laid.clear()
+        self._by_job.clear()
         self._reads.clear()
         self._writes.clear()
 
@@ -142,9 +146,12 @@ class Overlay:
     def land(self, decision: m.Event, offset: int) -> None:
         """The oldest laid decision has landed at `offset`: it stays folded, now as the log's fold would have it
         (its notes carry `offset`), and no longer comes off with the others."""
-        entry = self.laid.pop(0)
+        entry = self.laid.popleft()
         assert entry.decision is decision or entry.decision == decision
         advance(self.state, decision, offset)
+        about = self._by_job.get(getattr(decision, "job_id", None) or "")
+        if about:
+            about.popleft()
         if entry.history is not None:
             job_id, first, end = entry.history
             job = self.state.jobs[job_id]
@@ -154,12 +161,12 @@ class Overlay:
             # The reason offset this decision set lives on in the live row, unless a later laid decision about the
             # job set its own; and in the rows kept by the later decisions about the job up to that one.
             if entry.sets_reason:
-                for later in self.laid:
-                    kept = next((j for jid, j in later.jobs if jid == job_id), None)
-                    if kept is not None:
-                        kept.reason_offset = offset
-                        if later.sets_reason:
-                            break
+                for later in about or ():
+                    for jid, kept in later.jobs:
+                        if jid == job_id:
+                            kept.reason_offset = offset
+                    if later.sets_reason:
+                        break
                 else:
                     job.reason_offset = offset
         self._reads.subtract(entry.reads)

@@ -17,6 +17,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from events import models as m
 from events.models import Reason
 from projections.cell import CellState
 from projections.cluster import CELL, Cluster, Node
@@ -24,6 +25,7 @@ from projections.jobs import Job
 from projections.reservations import ends_before, shadow_time
 
 if TYPE_CHECKING:  # the placer's knobs, passed in by whichever decider places
+    from services.core.decider import Context
     from services.placer.policy import PlacementPolicy
 
 Assignments = tuple[tuple[int, str, tuple[int, ...]], ...]  # (worker, node, GPU indices)
@@ -193,6 +195,15 @@ class CapacityView:
                     return tuple(assignments)
                 assignments.append((len(assignments), node.name, tuple(indices[k * g:(k + 1) * g])))
         return tuple(assignments)
+
+
+def bound(job: Job, assignments: Sequence[tuple[int, str, Sequence[int]]], domain: str | None,
+          ctx: Context) -> m.JobPlaced:
+    """The decision that binds a gang's workers to these nodes and GPU indices (for its current attempt)."""
+    return m.JobPlaced(
+        envelope=ctx.envelope(Reason.PLACED, job.job_id), job_id=job.job_id, attempt=job.attempt, domain=domain,
+        assignments=[m.WorkerAssignment(worker=w, node=n, gpus=list(g)) for w, n, g in assignments],
+    )
 
 
 def place_gang(view: CapacityView, job: Job, most: int, policy: PlacementPolicy,
