@@ -81,7 +81,7 @@ def fold_assumed(state: CellState, event: m.Event) -> CellState:
 def _mark_dirty(state: CellState, event: m.Event) -> None:
     """Names the snapshot rows this event may have changed, for the projection store."""
     dirty = state.dirty
-    job_id = getattr(event, "job_id", None)
+    job_id = m.field_of(event, "job_id")
     if job_id is not None:
         dirty.add(f"job/{job_id}")
         dirty.add("tenancy")  # usage follows admissions and releases
@@ -99,7 +99,7 @@ def _note(job: Job, event: m.Event, offset: int, reason: str | None = None) -> N
 
 
 def _decided_about(state: CellState, event: m.Event, offset: int) -> Job | None:
-    job = state.jobs.get(getattr(event, "job_id", ""))
+    job = state.jobs.get(m.field_of(event, "job_id", ""))
     if job is not None:
         job.reason = event.envelope.reason
         job.reason_offset = offset

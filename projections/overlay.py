@@ -78,7 +78,7 @@ class Overlay:
         reads, writes = footprint(state, decision)
         entry = Laid(decision, state.offset, reads=reads, writes=writes)
         _keep(entry, state, decision)
-        job = state.jobs.get(getattr(decision, "job_id", "") or "")
+        job = state.jobs.get(m.field_of(decision, "job_id", "") or "")
         before = len(job.history) if job is not None else 0
         key = (job.team, job.gpu_type) if job is not None else None
         used = state.tenancy.usage.get(key) if key is not None else None
@@ -149,7 +149,7 @@ class Overlay:
         entry = self.laid.popleft()
         assert entry.decision is decision or entry.decision == decision
         advance(self.state, decision, offset)
-        about = self._by_job.get(getattr(decision, "job_id", None) or "")
+        about = self._by_job.get(m.field_of(decision, "job_id") or "")
         if about:
             about.popleft()
         if entry.history is not None:
@@ -194,7 +194,7 @@ def _keep(entry: Laid, state: CellState, event: m.Event) -> None:
     business, and may change on top of the overlay); a node decision, that node's flags and heartbeat."""
     gpus: dict[str, set[int]] = {}
     drains: set[str] = set()
-    job_id = getattr(event, "job_id", None)
+    job_id = m.field_of(event, "job_id")
     if job_id is not None:
         job = state.jobs.get(job_id)
         if job is not None:
@@ -203,16 +203,16 @@ def _keep(entry: Laid, state: CellState, event: m.Event) -> None:
                 gpus.setdefault(name, set()).update(held)
             drains.update(job.reserved_nodes)
         entry.reservations.append((job_id, state.reservations.get(job_id, _MISSING)))
-        for a in getattr(event, "assignments", ()):
+        for a in m.field_of(event, "assignments", ()):
             gpus.setdefault(a.node, set()).update(a.gpus)
-        drains.update(getattr(event, "reserved_nodes", ()) or ())
+        drains.update(m.field_of(event, "reserved_nodes", ()) or ())
         for name in sorted(set(gpus) | drains):
             node = state.cluster.nodes.get(name)
             if node is not None:
                 before = {g: node.holder.get(g, _MISSING) for g in sorted(gpus.get(name, ()))}
                 entry.nodes.append((node, before, node.reserved_for if name in drains else _MISSING, None))
         return
-    name = getattr(event, "node", None)
+    name = m.field_of(event, "node")
     node = state.cluster.nodes.get(name) if name is not None else None
     if node is not None:
         entry.heartbeats.append((name, state.last_heartbeat.get(name, _MISSING)))
@@ -252,11 +252,11 @@ def footprint(state: CellState, event: m.Event) -> tuple[frozenset[str], frozens
         return frozenset(), frozenset({EVERYTHING})
     reads: set[str] = set()
     writes: set[str] = set()
-    node = getattr(event, "node", None)
-    if node is not None and getattr(event, "job_id", None) is None:  # a node's own facts and decisions
+    node = m.field_of(event, "node")
+    if node is not None and m.field_of(event, "job_id") is None:  # a node's own facts and decisions
         writes |= {f"node:{node}", f"hb:{node}"}
         return frozenset(reads), frozenset(writes)
-    job_id = getattr(event, "job_id", None)
+    job_id = m.field_of(event, "job_id")
     if job_id is None:
         return frozenset(reads), frozenset({EVERYTHING})  # an event type this table does not know
     writes.add(f"job:{job_id}")
@@ -275,14 +275,14 @@ def footprint(state: CellState, event: m.Event) -> tuple[frozenset[str], frozens
         if kind is m.JobAdmitted:
             reads.add(pool)
             writes.add(pool)
-    for assignment in getattr(event, "assignments", ()):
+    for assignment in m.field_of(event, "assignments", ()):
         reads.add(f"node:{assignment.node}")
         reads.add(f"reserve:{assignment.node}")
         writes.update(f"gpu:{assignment.node}:{g}" for g in assignment.gpus)
         reserved = state.cluster.nodes.get(assignment.node)
         if kind is m.JobAdmitted and reserved is not None and reserved.reserved_for not in (None, job_id):
             writes.add(EVERYTHING)  # a backfill onto another gang's reservation reads that reservation's whole world
-    writes.update(f"reserve:{name}" for name in getattr(event, "reserved_nodes", ()) or ())
+    writes.update(f"reserve:{name}" for name in m.field_of(event, "reserved_nodes", ()) or ())
     return frozenset(reads), frozenset(writes)
 
 
