@@ -18,6 +18,7 @@ from events import models as m
 from events.models import Reason
 from projections.cell import CellState
 from projections.jobs import Job, JobState
+from projections.reservations import ends_before
 from projections.tenancy import DEFAULT_PRIORITY
 from projections.validate import request_problem, team_problem
 from services.core.decider import Context
@@ -26,7 +27,7 @@ from services.core.placement import (
     CapacityView,
     Placement,
     Unplaceable,
-    ends_before,
+    bound,
     excluded_nodes,
     may_backfill,
     place_gang,
@@ -349,6 +350,9 @@ def admission_cycle(state: CellState, ctx: Context, only: Job | None = None, ref
             backfilled = (any(reserved_by.get(n) not in (None, job.job_id) for _, n, _ in outcome.assignments)
                           or (guard is not None and guard.passes(job)))
             decisions.append(_admit(job, gpus, fit.borrowed, outcome, backfilled, ctx))
+            # The plan binds in the same transaction: one hop from submission to placement. The placer steps in
+            # only when the plan went stale before it was folded.
+            decisions.append(bound(job, outcome.assignments, outcome.domain, ctx))
             view.hold(outcome)
             usage[own] = usage.get(own, 0) + gpus
             if guard is not None:

@@ -26,9 +26,10 @@ from typing import TYPE_CHECKING
 
 from projections.cell import CellState
 from projections.jobs import Job, JobState
+from projections.reservations import expected_end
 from projections.tenancy import Tenancy
 from projections.validate import LATEST_MS
-from services.core.placement import CapacityView, Placement, expected_end, off_limits, place_gang
+from services.core.placement import CapacityView, Placement, off_limits, place_gang
 from services.core.quota import quota_fit
 
 if TYPE_CHECKING:  # the policy is a value the caller passes in

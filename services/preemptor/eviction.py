@@ -10,16 +10,9 @@ from __future__ import annotations
 from projections.cell import CellState
 from projections.cluster import CELL
 from projections.jobs import Job
+from projections.reservations import ends_before, expected_end, outranks
 from services.core.decider import Context
-from services.core.placement import (
-    CapacityView,
-    Placement,
-    ends_before,
-    expected_end,
-    off_limits,
-    outranks,
-    place_gang,
-)
+from services.core.placement import CapacityView, Placement, off_limits, place_gang
 from services.core.quota import quota_fit
 
 

@@ -35,7 +35,7 @@ def test_a_tampered_placement_is_reported_as_different():
     moved = placed.model_copy(update={"assignments": [a.model_copy(update={"gpus": [7 - g for g in a.gpus]})
                                                       for a in placed.assignments]})
     log[i] = (i, moved)
-    verdict = verify(log, DECIDERS["placer"](), policy)
+    verdict = verify(log, DECIDERS[placed.envelope.producer](), policy)
     assert verdict.different == [placed.envelope.event_id]
 
 
