@@ -40,11 +40,21 @@ class CellState:
     _queued_needs: dict[str, tuple[tuple, tuple]] = field(default_factory=dict, repr=False)
     last_heartbeat: dict[str, int] = field(default_factory=dict)
     reservations: dict[str, tuple[str, ...]] = field(default_factory=dict)  # queued job -> nodes draining for it
+    #: Ended jobs leave the state at the next Tick (no decision depends on them after that; the log and the read
+    #: models keep them): `ending` holds them until then, and `retired` (its order in `retired_order`) is all a
+    #: cell keeps of them, so an id is never used twice. Memory follows live work, not history.
+    ending: set[str] = field(default_factory=set)
+    retired: set[str] = field(default_factory=set)
+    retired_order: list[str] = field(default_factory=list)
     #: keys of the snapshot rows changed since a store last saved them (see projections/snapshot.py)
     dirty: set[str] = field(default_factory=set, compare=False, repr=False)
 
     def job(self, job_id: str) -> Job | None:
         return self.jobs.get(job_id)
+
+    def knows(self, job_id: str) -> bool:
+        """Whether the id names a job, live or ended (and retired)."""
+        return job_id in self.jobs or job_id in self.retired
 
     def jobs_in(self, *states: JobState) -> list[Job]:
         return [self.jobs[j] for j in sorted(self.jobs) if self.jobs[j].state in states]

@@ -138,6 +138,25 @@ def _end(state: CellState, job: Job, final: JobState, at: int) -> None:
     _release(state, job)
     state.set_state(job, final)
     job.ended_at = at
+    state.ending.add(job.job_id)
+
+
+#: Ended jobs kept per row of the retired ids in a store.
+RETIRED_PER_ROW = 1000
+
+
+def _tick(state: CellState, e: m.Tick, offset: int) -> None:
+    """Time passes: the jobs that ended before it leave the state, their ids kept (in id order per tick)."""
+    for job_id in sorted(state.ending):
+        job = state.jobs.get(job_id)
+        if job is None or not job.ended:
+            continue  # ended and submitted again cannot happen (ids are never reused), but stay safe
+        del state.jobs[job_id]
+        state.retired.add(job_id)
+        state.retired_order.append(job_id)
+        state.dirty.add(f"job/{job_id}")
+        state.dirty.add(f"retired/{(len(state.retired_order) - 1) // RETIRED_PER_ROW:09d}")
+    state.ending.clear()
 
 
 # --- configuration ---------------------------------------------------------------------------
@@ -232,7 +251,7 @@ def _gpu_faulted(state: CellState, e: m.GpuFaulted, offset: int) -> None:
 
 
 def _job_submitted(state: CellState, e: m.JobSubmitted, offset: int) -> None:
-    if e.job_id in state.jobs:
+    if state.knows(e.job_id):
         return  # a duplicate id: the admitter rejects it, the original job is untouched
     pclass = state.tenancy.priority_classes.get(e.priority_class or "", DEFAULT_PRIORITY)
     problem = request_problem(e, state.limits)
@@ -476,6 +495,7 @@ def _job_ended(final: JobState) -> Callable[[CellState, m.Event, int], None]:
 
 
 _HANDLERS: dict[type, Callable] = {
+    m.Tick: _tick,
     m.CellConfigured: _cell_configured,
     m.CohortDefined: _cohort_defined,
     m.TeamDefined: _team_defined,

@@ -145,8 +145,9 @@ def _metrics(cell: VirtualCell, workload: Workload, meter: Meter, start: int) ->
     counts = {"succeeded": 0, "failed": 0, "rejected": 0, "cancelled": 0, "unfinished": 0}
     last_end = start
     durations = meter.agents.durations
-    for job_id in sorted(state.jobs):
-        job = state.jobs[job_id]
+    jobs = cell.all_jobs()
+    for job_id in sorted(jobs):
+        job = jobs[job_id]
         team = per_team[job.team]
         team["jobs"] += 1
         if job.state is JobState.SUCCEEDED:
@@ -177,7 +178,7 @@ def _metrics(cell: VirtualCell, workload: Workload, meter: Meter, start: int) ->
 def _metric_dict(state, counts, jct, queue, last_end, start, meter, useful, per_team, workload) -> dict:
     n = len(jct) or 1
     return {
-        "jobs": len(state.jobs),
+        "jobs": sum(counts.values()),
         **counts,
         "avg_jct_s": _r(sum(jct) / n / 1000),
         "p50_jct_s": _r(_percentile(jct, 50) / 1000),

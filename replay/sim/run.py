@@ -98,7 +98,7 @@ def simulate(workload: Workload, policy: Policy, config: SimConfig, progress: Pr
     metrics, per_job = _metrics(cell, workload, meter, start)
     series = {"sample_s": meter.sample_ms // 1000, "start_s": start // 1000,
               "gpus_in_use": [a for _, a, _ in meter.samples], "jobs_waiting": [w for _, _, w in meter.samples]}
-    jct = sorted((j.ended_at - j.submitted_at) / 1000 for j in cell.state.jobs.values()
+    jct = sorted((j.ended_at - j.submitted_at) / 1000 for j in cell.all_jobs().values()
                  if j.state is JobState.SUCCEEDED)
     return RunOutcome(metrics, series, jct, len(cell.log), time.perf_counter() - wall0, per_job)
 

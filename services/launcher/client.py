@@ -169,7 +169,7 @@ class Client:
         self.refresh()
         wanted = {JobState(s) for s in states}
         positions = self._estimates()
-        jobs = sorted(self.model.state.jobs.values(), key=lambda j: (j.submit_offset, j.job_id))
+        jobs = sorted(self.model.jobs(), key=lambda j: (j.submit_offset, j.job_id))
         return [self._status(job.job_id, positions) for job in jobs
                 if (team is None or job.team == team)
                 and (job.state in wanted if wanted else include_ended or not job.ended)]

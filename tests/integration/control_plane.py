@@ -74,11 +74,15 @@ class Operator:
     def __init__(self, bootstrap: str, topics: TopicNames, cells: Sequence[str] = ("cell-a",)) -> None:
         self.producer = EventProducer(bootstrap, f"operator-{uuid.uuid4().hex}", topics, cells)
         self.seq = 0
+        self.last_at = 0
 
     def envelope(self, cell: str = "cell-a", producer: str = "operator") -> m.Envelope:
+        """Stamped with the present, as a launcher does (a cell refuses a submission stamped long before its
+        clock), and strictly after the last stamp, so the order written is the order stamped."""
         self.seq += 1
+        self.last_at = max(self.last_at + 1, int(time.time() * 1000))
         return m.Envelope(event_id=f"{producer}-{uuid.uuid4().hex[:8]}-{self.seq}", cell=cell,
-                          at=1_700_000_000_000 + self.seq * 1000, producer=producer)
+                          at=self.last_at, producer=producer)
 
     def write(self, *events: m.Event) -> None:
         with self.producer.transaction():
