@@ -63,6 +63,8 @@ class Estimate:
     detail: str
     waits_for: tuple[str, ...] = ()  # jobs whose expected end lets it start (running, or planned ahead of it)
     ahead_gpus: int = 0  # GPUs of its type taken by gangs planned ahead of it and still held when it starts
+    earliest: int | None = None  # the interval the start should fall in, when there is a start
+    latest: int | None = None
 
 
 @dataclass
