@@ -10,8 +10,8 @@ from typing import Any
 from events import broker_cli, load_cli, schemas_cli, topics_cli
 from projections import watch
 from replay import demo, log_cli, rebuild, verify
-from replay.audit import cli as audit_cli
 from replay.api import cli as api_cli
+from replay.audit import cli as audit_cli
 from replay.scenario import cli as scenario_cli
 from replay.sim import cli as sim_cli
 from services import run_cli

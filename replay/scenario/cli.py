@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-
 from pathlib import Path
 
 from events import models as m
