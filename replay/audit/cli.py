@@ -125,7 +125,7 @@ def _whatif(args: argparse.Namespace) -> int:
     log = read_source(args)
     records = upto(log, args.end)
     cut = window(log, None, args.start)[-1][0] if args.start is not None else -1
-    result = whatif.compare(records, log.cell, policy, cut, args.movers)
+    result = whatif.compare(records, log.cell, policy, cut, args.movers, recorded(records).version)
     print(json.dumps(asdict(result), indent=1) if args.output == "json" else whatif.render(result))
     return 0
 
