@@ -28,7 +28,7 @@ ahead: a gang may start later than estimated.
 
 from __future__ import annotations
 
-from bisect import bisect_left
+from bisect import bisect_left, bisect_right
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import TYPE_CHECKING
@@ -86,6 +86,7 @@ class _Segment:
     free: int
     usage: dict[tuple[str, str], int]
     ending: list[str] = field(default_factory=list)  # jobs whose GPUs come back at `start`
+    planned: int = 0  # GPUs taken by the gangs planned so far
     quota: dict[tuple[str, int], bool] = field(default_factory=dict)  # (team, GPUs) -> quota admits them here
 
 
@@ -104,19 +105,22 @@ class _Profile:
         if i < len(starts) and starts[i] == at:
             return i
         before = self.segments[i - 1]
-        self.segments.insert(i, _Segment(at, before.free, dict(before.usage)))
+        self.segments.insert(i, _Segment(at, before.free, dict(before.usage), planned=before.planned))
         starts.insert(i, at)
         return i
 
     def change(self, since: int, until: int | None, gpus: int, key: tuple[str, str], job_id: str | None = None,
-               ending: bool = False) -> None:
-        """Adds `gpus` free GPUs (negative: takes them) and removes them from `key`'s usage over [since, until)."""
+               ending: bool = False, planned: bool = False) -> None:
+        """Adds `gpus` free GPUs (negative: takes them) and removes them from `key`'s usage over [since, until);
+        `planned`: a planned gang takes them."""
         first = self.split(since)
         last = len(self.segments) if until is None else self.split(until)
         for segment in self.segments[first:last]:
             segment.free += gpus
             segment.usage[key] = segment.usage.get(key, 0) - gpus
             segment.quota.clear()
+            if planned:
+                segment.planned -= gpus
         if ending and job_id is not None:
             self.segments[first].ending.append(job_id)
 
@@ -276,6 +280,7 @@ class _Planner:
                  quantile: float, detail: bool = True, queue: bool = True) -> None:
         self.state, self.policy, self.profiles = state, policy, profiles
         self.model, self.quantile = model, quantile
+        self.capacity: dict[str, int] = {}  # GPUs in service per type
         self.detail = detail  # count the GPUs held ahead of each gang (only the plan whose words are shown needs it)
         self.queue = queue  # gangs take room from those behind them; without, each sees only running work and
         # reservations (backfill's best case: the gangs ahead of it wait for bigger room than it needs)
@@ -317,7 +322,9 @@ class _Planner:
     def plan(self, job: Job) -> Planned:
         state, now = self.state, self.state.now
         need, gpu_type = job.min_gpus, job.gpu_type
-        capacity = state.cluster.capacity(gpu_type)
+        capacity = self.capacity.get(gpu_type)
+        if capacity is None:
+            capacity = self.capacity[gpu_type] = state.cluster.capacity(gpu_type)
         if need > capacity:
             return None, Basis.TOO_LARGE, f"needs {need} {gpu_type} GPUs; {capacity} are in service", (), 0
         if not state.tenancy.admissible(job.team, gpu_type, need, self.policy.admission.borrowing, {}).fits:
@@ -361,12 +368,13 @@ class _Planner:
         segments = profile.segments
         i = max(0, bisect_left(profile.starts, ready + 1) - 1)  # the segment covering `ready`
         window: int | None = None  # start of the run of fitting segments being extended
-        asked = (job.team, need)
+        key, asked = (job.team, job.gpu_type), (job.team, need)
+        nominal = tenancy.quota(*key).nominal
         for segment in segments[i:]:
             if window is not None and duration is not None and segment.start >= window + duration:
                 return window
             fits = segment.free >= need
-            if fits:
+            if fits and segment.usage.get(key, 0) + need > nominal:  # within its nominal, quota always allows it
                 fits = segment.quota.get(asked)
                 if fits is None:
                     fits = segment.quota[asked] = _quota_allows(
@@ -385,14 +393,13 @@ class _Planner:
         self.planned[job.job_id] = (start, until)
         if profile is None:
             return
-        profile.change(start, until, -job.min_gpus, (job.team, job.gpu_type))
+        profile.change(start, until, -job.min_gpus, (job.team, job.gpu_type), planned=True)
         if until is not None:
             profile.segments[profile.split(until)].ending.append(job.job_id)
 
     def _ahead_gpus(self, profile: _Profile, start: int, job: Job) -> int:
         """GPUs of gangs planned ahead of `job` that are still held when it starts."""
-        return sum(self.state.jobs[j].min_gpus for j, (began, end) in self.planned.items()
-                   if self.state.jobs[j].gpu_type == job.gpu_type and began <= start and (end is None or end > start))
+        return profile.segments[bisect_right(profile.starts, start) - 1].planned
 
 
 def _quota_allows(fit) -> bool:
