@@ -25,8 +25,10 @@ def span(ms: int | None) -> str:
     if seconds < 7200:
         return f"{seconds // 60} min"
     if seconds < 172_800:
-        return f"{seconds // 3600} h {seconds % 3600 // 60} min"
-    return f"{seconds // 86400} d {seconds % 86400 // 3600} h"
+        minutes = seconds % 3600 // 60
+        return f"{seconds // 3600} h" + (f" {minutes} min" if minutes else "")
+    hours = seconds % 86400 // 3600
+    return f"{seconds // 86400} d" + (f" {hours} h" if hours else "")
 
 
 def names(items: Iterable[str], most: int = 6) -> str:
@@ -35,7 +37,7 @@ def names(items: Iterable[str], most: int = 6) -> str:
     return shown + (f" and {len(items) - most} more" if len(items) > most else "")
 
 
-def table(rows: list[list[str]], headers: list[str], wrap_last: bool = False) -> str:
+def table(rows: list[list[str]], headers: list[str]) -> str:
     """Fixed-width columns; the last column is left as long as it is."""
     widths = [max(len(str(r[i])) for r in [headers, *rows]) for i in range(len(headers) - 1)]
     lines = []

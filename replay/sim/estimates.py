@@ -8,7 +8,8 @@ cycle moves many positions at once, and the estimate a user would read is the on
 The result (the sim's JSON `estimates`): for every estimate, and for the one each job got at submission (also
 only for jobs that really waited), the share whose actual start fell inside the estimate's interval [earliest,
 latest], the shares that started before or after it, the median and 90th-percentile absolute error of the
-estimated start, and the median width of the interval; estimates without a start (`unknown`) count as outside.
+estimated start, its median signed error (actual - estimated: positive when jobs start later than estimated),
+and the median width of the interval; estimates without a start (`unknown`) count as outside.
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ class _Tally:
     inside: int = 0
     early: int = 0  # started before the interval
     late: int = 0  # started after it
-    errors_ms: array = field(default_factory=lambda: array("q"))
+    errors_ms: array = field(default_factory=lambda: array("q"))  # actual - estimated start (late: positive)
     widths_ms: array = field(default_factory=lambda: array("q"))
 
     def add(self, start: int | None, earliest: int | None, latest: int | None, actual: int) -> None:
@@ -44,7 +45,7 @@ class _Tally:
         if start is None or earliest is None or latest is None:
             self.unknown += 1
             return
-        self.errors_ms.append(abs(actual - start))
+        self.errors_ms.append(actual - start)
         self.widths_ms.append(latest - earliest)
         if actual < earliest:
             self.early += 1
@@ -54,16 +55,17 @@ class _Tally:
             self.inside += 1
 
     def summary(self) -> dict:
-        def median(values: array, q: float = 0.5) -> float | None:
+        def median(values, q: float = 0.5) -> float | None:
             if not values:
                 return None
             ordered = sorted(values)
             return round(ordered[min(len(ordered) - 1, int(q * len(ordered)))] / 1000, 1)
         share = (lambda n: round(n / self.count, 4)) if self.count else (lambda n: None)
+        absolute = [abs(e) for e in self.errors_ms]
         return {"estimates": self.count, "inside_share": share(self.inside), "early_share": share(self.early),
                 "late_share": share(self.late), "unknown_share": share(self.unknown),
-                "median_abs_error_s": median(self.errors_ms), "p90_abs_error_s": median(self.errors_ms, 0.9),
-                "median_interval_s": median(self.widths_ms)}
+                "median_abs_error_s": median(absolute), "p90_abs_error_s": median(absolute, 0.9),
+                "median_error_s": median(self.errors_ms), "median_interval_s": median(self.widths_ms)}
 
 
 class EstimateRecorder:
