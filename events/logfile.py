@@ -97,7 +97,8 @@ def write_log_file(path: str | Path, cell: str, records: Iterable[tuple[int, Eve
     kept = list(records)
     metadata = {f"{_META}format": FORMAT, f"{_META}cell": cell, f"{_META}source": source,
                 f"{_META}records": str(len(kept)),
-                f"{_META}first_offset": str(kept[0][0]) if kept else "", f"{_META}last_offset": str(kept[-1][0]) if kept else ""}
+                f"{_META}first_offset": str(kept[0][0]) if kept else "",
+                f"{_META}last_offset": str(kept[-1][0]) if kept else ""}
     sync = hashlib.sha256(f"{FORMAT}|{cell}|{source}".encode()).digest()[:16]
     rows = ({"offset": offset, "event": (f"gangway.{event.event_type}", event.model_dump())} for offset, event in kept)
     with open(path, "wb") as out:
@@ -116,7 +117,8 @@ def read_log_file(path: str | Path) -> LogFile:
         try:
             reader = fastavro.reader(handle, return_record_name=True)
         except Exception as error:  # fastavro raises ValueError or others for bytes that are not Avro
-            raise NotALogFile(f"{source} is not an exported Gangway log (not an Avro container file: {error})") from None
+            raise NotALogFile(f"{source} is not an exported Gangway log (not an Avro container file: {error})") \
+                from None
         metadata = {k.removeprefix(_META): v.decode() if isinstance(v, bytes) else v
                     for k, v in reader.metadata.items() if k.startswith(_META)}
         if metadata.get("format") != FORMAT:

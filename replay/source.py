@@ -82,7 +82,8 @@ def add_source_arguments(parser: argparse.ArgumentParser) -> None:
     """`--cell C` (a live cell, read from Kafka) or `--log FILE` (an exported log)."""
     group = parser.add_argument_group("the log to read (one of)")
     source = group.add_mutually_exclusive_group()
-    source.add_argument("--cell", default=None, help="a live cell, read from Kafka (default: the first of $GANGWAY_CELLS)")
+    source.add_argument("--cell", default=None,
+                        help="a live cell, read from Kafka (default: the first of $GANGWAY_CELLS)")
     source.add_argument("--log", type=Path, default=None, metavar="FILE",
                         help="a log exported by `gangway log export` or `gangway scenario run --export-log`")
     group.add_argument("--bootstrap-servers", default=os.environ.get("KAFKA_BOOTSTRAP_SERVERS", "127.0.0.1:9092"))
@@ -128,10 +129,14 @@ def upto(log: Log, at: Position | None) -> list[tuple[int, m.Event]]:
     if at is None:
         return log.records
     if at.offset is not None and at.offset > log.last_offset:
-        raise AuditError(f"offset {at.offset} is beyond the log of {log.origin} (its last offset is {log.last_offset})")
+        raise AuditError(_beyond(at.offset, log))
     if at.at is not None and log.records and at.at < log.records[0][1].envelope.at:
         raise AuditError(f"{at} is before the log of {log.origin} begins ({_time_text(log.records[0][1].envelope.at)})")
     return [(offset, event) for offset, event in log.records if at.reached(offset, event)]
+
+
+def _beyond(offset: int, log: Log) -> str:
+    return f"offset {offset} is beyond the log of {log.origin} (its last offset is {log.last_offset})"
 
 
 def window(log: Log, start: Position | None, end: Position | None) -> list[tuple[int, m.Event]]:
@@ -140,7 +145,7 @@ def window(log: Log, start: Position | None, end: Position | None) -> list[tuple
     if start is None:
         return records
     if start.offset is not None and start.offset > log.last_offset:
-        raise AuditError(f"offset {start.offset} is beyond the log of {log.origin} (its last offset is {log.last_offset})")
+        raise AuditError(_beyond(start.offset, log))
     return [(o, e) for o, e in records if start.offset is not None and o >= start.offset
             or start.at is not None and e.envelope.at >= start.at]
 

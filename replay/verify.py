@@ -160,7 +160,8 @@ def render_divergence(d: Divergence, by_offset: dict[int, m.Event]) -> str:
                                                     f"{cause.envelope.at}" if cause else "no event at that offset"))
     where = f"at offset {d.offset}" if d.offset is not None else "not in the log"
     lines.append(f"  recorded ({where}): " + (_fields(d.recorded) if d.recorded else "nothing"))
-    lines.append("  replayed: " + (_fields(d.replayed) if d.replayed else "nothing (the replica decides no such thing)"))
+    replayed = _fields(d.replayed) if d.replayed else "nothing (the replica decides no such thing)"
+    lines.append(f"  replayed: {replayed}")
     if d.differing_fields():
         lines.append(f"  fields that differ: {', '.join(d.differing_fields())}")
     return "\n".join(lines)

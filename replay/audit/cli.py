@@ -148,7 +148,8 @@ def _report(args: argparse.Namespace) -> int:
     ledgers = ledger.fold(records, start[1].envelope.at if start else None)
     unknown = sorted(set(args.team or ()) - set(ledgers.teams))
     if unknown:
-        raise AuditError(f"unknown team {unknown[0]!r} in {log.origin}; teams: {', '.join(sorted(ledgers.teams)) or 'none'}")
+        known = ", ".join(sorted(ledgers.teams)) or "none"
+        raise AuditError(f"unknown team {unknown[0]!r} in {log.origin}; teams: {known}")
     chosen = ledgers.only(args.team) if args.team else ledgers
     print(json.dumps(chosen.as_json(), indent=1) if args.output == "json" else ledger.render(chosen))
     return 0

@@ -10,7 +10,8 @@ from collections.abc import Mapping
 from projections.tenancy import Tenancy
 
 
-def idle_lendable(tenancy: Tenancy, team: str, gpu_type: str, usage: Mapping[tuple[str, str], int] | None = None) -> int:
+def idle_lendable(tenancy: Tenancy, team: str, gpu_type: str,
+                  usage: Mapping[tuple[str, str], int] | None = None) -> int:
     """GPUs of `team`'s lendable nominal it is not using itself."""
     usage = tenancy.usage if usage is None else usage
     quota = tenancy.quota(team, gpu_type)

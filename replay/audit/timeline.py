@@ -140,7 +140,8 @@ def _submitted(e: m.JobSubmitted, at: _Moment) -> str:
     if e.min_workers is not None:
         parts.append(f"at least {e.min_workers} workers")
     if job is not None and e.priority_class:
-        parts.append(f"priority class {e.priority_class} ({job.priority}{'' if job.preemptible else ', not preemptible'})")
+        protected = "" if job.preemptible else ", not preemptible"
+        parts.append(f"priority class {e.priority_class} ({job.priority}{protected})")
     if e.topology_required:
         parts.append(f"all workers in one {e.topology_required}")
     elif e.topology_preferred:

@@ -128,9 +128,9 @@ def redrive(records: Sequence[tuple[int, m.Event]], cell: str, policy: Policy, c
             run.schedule(event)  # the attempt running at the cut ends as it did
         elif isinstance(event, m.NodeFailed) and event.envelope.reason is m.Reason.HEARTBEAT_MISSED and (
                 event.last_heartbeat_at is not None):
-            run.schedule(m.NodeHeartbeat(envelope=m.Envelope(event_id=f"whatif-heartbeat-{offset}", cell=cell,
-                                                             at=event.last_heartbeat_at, producer=f"agent/{event.node}"),
-                                         node=event.node, seq=offset))
+            last = m.Envelope(event_id=f"whatif-heartbeat-{offset}", cell=cell, at=event.last_heartbeat_at,
+                              producer=f"agent/{event.node}")
+            run.schedule(m.NodeHeartbeat(envelope=last, node=event.node, seq=offset))
     while (at := run.next_scheduled_at()) is not None and at <= until:
         run.play_next()
     return run

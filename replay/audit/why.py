@@ -124,7 +124,8 @@ def _not_waiting(state: CellState, job: Job) -> str:
 def constraints(state: CellState, job: Job, policy: Policy, estimate: Estimate | None) -> list[str]:
     """Every constraint on the gang, with the numbers of the folded state."""
     return [line for line in (_shape(job), _capacity(state, job), _reserved(state, job), _quota(state, job, policy),
-                              _making_room(state, job), _placement(state, job, policy), _queue(state, job, policy, estimate)) if line]
+                              _making_room(state, job), _placement(state, job, policy),
+                              _queue(state, job, policy, estimate)) if line]
 
 
 def _shape(job: Job) -> str:

@@ -17,6 +17,7 @@ import sys
 import time
 from pathlib import Path
 
+from events.logfile import write_log_file
 from replay.sim import report
 from replay.sim.progress import ProgressBar
 from replay.sim.run import run as run_policy
@@ -64,6 +65,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     out.add_argument("--report", type=Path, metavar="DIR", help="write a Markdown report and PNG plots here")
     out.add_argument("--limit", type=int, metavar="N", help="only the first N jobs (in submission order)")
     out.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+    out.add_argument("--export-log", type=Path, metavar="OUT",
+                     help="write the shared cell's log to OUT (mode run), for the audit commands' --log")
     out.add_argument("--estimates", action="store_true",
                      help="record each waiting job's estimated start as its queue position changes and score it "
                           "against its real start (slower; the result JSON gains `estimates`)")
@@ -113,7 +116,12 @@ def run(args: argparse.Namespace) -> int:
                 private_bars[-2].close()
             return private_bars[-1]
 
-        result, outcome = run_policy(workload, name, config, bar, private_bar)
+        logged: list = []
+        keeping = args.export_log and args.mode == "run"
+        keep = [lambda cell, event, offset: logged.append((offset, event))] if keeping else []
+        result, outcome = run_policy(workload, name, config, bar, private_bar, keep)
+        if args.export_log and args.mode == "run":
+            write_log_file(args.export_log, "sim", logged, source=f"gangway sim {name} {' '.join(workload.traces)}")
         wall = time.perf_counter() - wall
         for b in ([bar] if bar else []) + private_bars[-1:]:
             b.close()

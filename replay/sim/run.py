@@ -38,14 +38,14 @@ real starts (replay/sim/estimates.py).
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from events import models as m
 from events.submission import job_submitted
 from projections.jobs import JobState
-from replay.runner import VirtualCell
+from replay.runner import Observer, VirtualCell
 from replay.sim.estimates import EstimateRecorder
 from replay.sim.metrics import Meter, _r, percentile, summarize
 from replay.sim.workload import COHORT, HOUR_MS, SimConfig, Workload, gpu_failures, private_workload
@@ -75,8 +75,10 @@ class RunOutcome:
 Progress = Callable[[int, int, int, int], None]  # (jobs ended, jobs, virtual ms, events)
 
 
-def simulate(workload: Workload, policy: Policy, config: SimConfig, progress: Progress | None = None) -> RunOutcome:
-    """Plays the workload through the deciders under `policy` and returns its measures."""
+def simulate(workload: Workload, policy: Policy, config: SimConfig, progress: Progress | None = None,
+             observers: Sequence[Observer] = ()) -> RunOutcome:
+    """Plays the workload through the deciders under `policy` and returns its measures; `observers` see every
+    event of the log as it is folded (to keep the log, say)."""
     wall0 = time.perf_counter()
     cell = VirtualCell(cell="sim", policy=policy, tick_ms=config.tick_s * 1000)
     timing = AgentTiming(start_delay_ms=config.start_delay_s * 1000,
@@ -88,6 +90,7 @@ def simulate(workload: Workload, policy: Policy, config: SimConfig, progress: Pr
     meter = Meter(agents, sorted(workload.capacity()))
     cell.observers.extend([agents, meter])
     cell.side_observers.append(agents.heard)
+    cell.observers.extend(observers)
     recorder = EstimateRecorder(policy) if config.estimates else None
     if recorder is not None:
         cell.observers.append(recorder)
@@ -174,10 +177,12 @@ def _time_limit(duration_ms: int, config: SimConfig) -> int | None:
 
 
 def run(workload: Workload, policy_name: str, config: SimConfig, progress: Progress | None = None,
-        private_progress: Callable[[str], Progress | None] | None = None) -> tuple[dict, RunOutcome]:
-    """Simulates one policy on the shared cell (and each team on its private cell) -> (result JSON, outcome)."""
+        private_progress: Callable[[str], Progress | None] | None = None,
+        observers: Sequence[Observer] = ()) -> tuple[dict, RunOutcome]:
+    """Simulates one policy on the shared cell (and each team on its private cell) -> (result JSON, outcome);
+    `observers` see the shared cell's log."""
     policy = CATALOGUE[policy_name]
-    outcome = simulate(workload, policy, config, progress)
+    outcome = simulate(workload, policy, config, progress, observers)
     metrics = outcome.metrics
     if config.private and len(workload.teams) > 1:
         for team in workload.teams:

@@ -386,7 +386,8 @@ class _Planner:
         return window
 
     def _take(self, job: Job, start: int) -> None:
-        """The gang holds its GPUs and quota from `start` for as long as it is expected to (for ever without a limit)."""
+        """The gang holds its GPUs and quota from `start` for as long as it is expected to (for ever without a
+        time limit)."""
         profile = self.profiles.get(job.gpu_type)
         hold = self.model.hold(job, self.quantile)
         until = None if hold is None else start + hold

@@ -40,7 +40,8 @@ def test_a_borrower_reclaimed_by_its_lender_is_told_who_asked_by_which_rule_and_
     assert asked.reason == "RECLAIM_LENT_QUOTA" and "make room for lender" in asked.message
     assert (asked.basis, asked.policy) == (request.envelope.basis_offset, request.envelope.policy_version)
     preempted = next(line for line in story.lines if line.event == "JobPreempted")
-    assert "preempted for lender" in preempted.message and "GPU-seconds since its last checkpoint lost" in preempted.message
+    assert "preempted for lender" in preempted.message
+    assert "GPU-seconds since its last checkpoint lost" in preempted.message
     assert [line.offset for line in story.lines] == sorted(line.offset for line in story.lines)
     # The lender's side of the same story.
     lender = [line.message for line in timeline(records, "lender")[0].lines]
@@ -68,7 +69,8 @@ def test_an_interruption_names_the_node_and_the_xid():
 
 def blocked_by_topology():
     """Three racks of two 8-GPU nodes full of nlp's 1 x 8 jobs (nominal 64; cv's 16 idle in the cohort); the jobs on
-    n1 (rack r0) and n3 (rack r1) are cancelled, then `big` asks 2 x 8 GPUs in one rack: 16 GPUs are free, 8 per rack."""
+    n1 (rack r0) and n3 (rack r1) are cancelled, then `big` asks 2 x 8 GPUs in one rack: 16 GPUs are free, 8 per
+    rack."""
     setup = [topology("rack"), *[node(f"n{i}", rack=f"r{i // 2}") for i in range(6)],
              team("nlp", cohort="all"), quota("nlp", 64), team("cv", cohort="all"), quota("cv", 16)]
     cell = fold(*setup, *[job(f"j{i}", at=1000 + i) for i in range(6)])
@@ -119,7 +121,8 @@ def reclaim_file(tmp_path_factory) -> Path:
 def test_explain_prints_one_line_per_event_and_the_queue(reclaim_file, capsys):
     assert cli.main(["explain", "lender", "--log", str(reclaim_file), "--at", "116", "--why"]) == 0
     out = capsys.readouterr().out
-    assert out.splitlines()[0] == "job lender in cell reclaim-within-cohort: queued (COHORT_EXHAUSTED), as of offset 116"
+    head = "job lender in cell reclaim-within-cohort: queued (COHORT_EXHAUSTED), as of offset 116"
+    assert out.splitlines()[0] == head
     assert "queue: position 1 of 1 in its team, 1 of 1 in the cell's admission order" in out
     assert "estimated start: 1970-01-01 00:20:00" in out  # when borrower's checkpoint deadline passes
     assert "already asked to make room for it: borrower (48 GPUs" in out
