@@ -63,7 +63,8 @@ def render_timeline(story: Timeline, cell: str) -> str:
 def render_estimate(e: Estimate) -> str:
     start = clock(e.start) if e.start is not None else "unknown"
     window_ = (f" (between {clock(e.earliest)} and {clock(e.latest)})"
-               if e.start is not None and e.earliest is not None and e.latest is not None else "")
+               if e.start is not None and e.earliest is not None and e.latest is not None and e.earliest < e.latest
+               else "")
     return (f"queue: position {e.team_position} of {e.team_waiting} in its team, {e.cell_position} of "
             f"{e.cell_waiting} in the cell's admission order\n"
             f"estimated start: {start}{window_} [{e.basis.value}] {e.detail}")

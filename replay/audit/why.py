@@ -89,6 +89,9 @@ def _preemptor(state: CellState, job: Job, policy: Policy) -> list[str]:
         return ["preemptor: preemption is off under this policy"]
     queued = m.JobQueued(envelope=_envelope(state, "admitter"), job_id=job.job_id, team=job.team)
     requests = [d for d in _probe(Preemptor(), policy, state, queued) if isinstance(d, m.PreemptionRequested)]
+    asked = [j for j in sorted(state.preempting) if state.jobs[j].preempted_for == job.job_id]
+    if not requests and asked:
+        return [f"preemptor: has asked {names(asked)} to make room; no other eviction is needed or allowed"]
     if not requests:
         return ["preemptor: no eviction it may make would let this gang run now"]
     return [f"preemptor: would ask {names(d.job_id for d in requests)} to checkpoint and make room "

@@ -71,6 +71,8 @@ class JobStatus:
     attempts: list[dict] = field(default_factory=list)
     checkpoint_step: int | None = None
     spec: dict = field(default_factory=dict)
+    earliest_start: int | None = None  # the interval the estimated start lies in (services/core/forecast.py)
+    latest_start: int | None = None
 
     @property
     def ended(self) -> bool:
@@ -410,7 +412,8 @@ class Client:
             placement=[{"worker": w, "node": n, "gpus": list(g)} for w, n, g in job.assignments],
             attempts=[_attempt(a) for _, a in sorted(model.attempts.get(job_id, {}).items())],
             checkpoint_step=model.checkpoint_step(job),
-            spec=submitted.model_dump(mode="json", exclude={"envelope"}) if submitted else {})
+            spec=submitted.model_dump(mode="json", exclude={"envelope"}) if submitted else {},
+            earliest_start=estimate.earliest if estimate else None, latest_start=estimate.latest if estimate else None)
 
 
 def _attempt(a: Attempt) -> dict:
