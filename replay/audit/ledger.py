@@ -3,7 +3,7 @@ suffered and caused, and how long its jobs waited to start.
 
 GPU-hours integrate the quota a team holds (admitted gangs' GPUs) between events: `used`, the part above its
 nominal (`borrowed`), the part of its nominal that other teams borrowed (`lent`, attributed by
-replay/audit/lending.py), and `nominal` itself for scale. Preemptions count JobPreempted decisions in the
+projections/tenancy.py), and `nominal` itself for scale. Preemptions count JobPreempted decisions in the
 window: `suffered` by the team's jobs (with the GPU-hours they had trained since their last checkpoint, which
 are lost), `caused` by its jobs (the job a victim made room for). A wait runs from a submission to the job's
 first admission; percentiles are over the jobs submitted in the window that started by its end.
@@ -11,16 +11,15 @@ first admission; percentiles are over the jobs submitted in the window that star
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 
 from events import models as m
 from projections.cell import CellState
 from projections.evolve import evolve
-from replay.audit.lending import lent_now
 from replay.audit.text import clock, table
 from replay.audit.timeline import lost_gpu_ms
+from replay.sim.metrics import percentile
 
 HOUR_MS = 3_600_000
 
@@ -136,7 +135,7 @@ def _rates(state: CellState) -> _Rates:
         rates.used[team] = rates.used.get(team, 0) + used
         rates.borrowed[team] = rates.borrowed.get(team, 0) + tenancy.borrowed(team, gpu_type)
     for gpu_type in sorted({t for _, t in tenancy.usage}):
-        for team, gpus in lent_now(tenancy, gpu_type).items():
+        for team, gpus in tenancy.lent(gpu_type).items():
             rates.lent[team] = rates.lent.get(team, 0) + gpus
     return rates
 
@@ -153,11 +152,9 @@ def _accrue(teams: dict[str, TeamLedger], rates: _Rates, since: int, until: int)
 
 
 def _percentiles(waits_ms: list[int]) -> dict[str, float | None]:
-    def rank(p: float) -> float | None:
-        if not waits_ms:
-            return None
-        return round(waits_ms[min(len(waits_ms), max(1, math.ceil(p / 100 * len(waits_ms)))) - 1] / 1000, 1)
-    return {"p50": rank(50), "p90": rank(90), "p99": rank(99), "max": rank(100)}
+    if not waits_ms:
+        return {"p50": None, "p90": None, "p99": None, "max": None}
+    return {f"p{p}" if p < 100 else "max": round(percentile(waits_ms, p) / 1000, 1) for p in (50, 90, 99, 100)}
 
 
 _WATCHED = (m.JobPreempted,)

@@ -5,7 +5,7 @@ described from the state around it. What a line says:
 - submitted: the gang's shape, team, priority and limits;
 - queued: the admitter's reason and detail, at each change of reason (the admitter writes no other);
 - admitted: the GPUs reserved, the team's quota use after it and, when it borrowed, from which teams
-  (replay/audit/lending.py); placed: the nodes and their racks; running: when its last worker started;
+  (projections/tenancy.py); placed: the nodes and their racks; running: when its last worker started;
 - checkpoints; preemption requested (by which job, which rule, the deadline) and preempted (the GPU-seconds
   it had trained since its last checkpoint, which are lost); interrupted (the node, the Xid or the silence);
 - requeued (the checkpoint it resumes from, its back-off), finished, and the jobs it made room for;
@@ -21,7 +21,6 @@ from events import models as m
 from projections.cell import CellState
 from projections.evolve import evolve
 from projections.jobs import Job, JobState
-from replay.audit.lending import lenders
 from replay.audit.text import clock, names, span
 
 
@@ -171,7 +170,7 @@ def _admitted(e: m.JobAdmitted, at: _Moment) -> str:
     if e.borrowed:
         usage = dict(tenancy.usage)
         usage[(e.team, e.gpu_type)] = used - e.gpus  # what the lenders had idle just before
-        given = lenders(tenancy, e.team, e.gpu_type, e.borrowed, usage)
+        given = tenancy.lenders(e.team, e.gpu_type, e.borrowed, usage)
         source = ", ".join(f"{team} {gpus}" for team, gpus in given.items()) or "its cohort"
         text += f"; borrowed {e.borrowed} from {source}"
     return text

@@ -18,7 +18,6 @@ from events import models as m
 from events.models import Reason
 from projections.cell import CellState
 from projections.jobs import Job, JobState
-from replay.audit.lending import lent_now
 from replay.audit.text import clock, names, span
 from services.admitter.decide import Admitter
 from services.core.decider import Decider
@@ -196,7 +195,7 @@ def _quota(state: CellState, job: Job, policy: Policy) -> str:
         return out + "; borrowing is off under this policy"
     left = tenancy.pool_size(job.team, gpu_type) - tenancy.pool_used(job.team, gpu_type)
     out += f"; cohort {tenancy.root_cohort(team.cohort)} has {max(0, left)} to lend"
-    lent = lent_now(tenancy, gpu_type).get(job.team, 0)
+    lent = tenancy.lent(gpu_type).get(job.team, 0)
     if lent:
         out += f"; {lent} of its nominal are lent to teams that borrow"
     return out
