@@ -226,10 +226,10 @@ def _queue(state: CellState, job: Job, policy: Policy, estimate: Estimate | None
                              policy.admission.nominal_first))
     ahead = order[:next(i for i, j in enumerate(order) if j.job_id == job.job_id)]
     same = [j for j in ahead if j.gpu_type == job.gpu_type]
-    out = (f"{len(ahead)} gang(s) ahead of it in the cell's admission order, {len(same)} of them asking "
-           f"{sum(j.min_gpus for j in same)} {job.gpu_type} GPUs")
+    out = f"{len(ahead)} gang(s) ahead of it in the cell's admission order" if ahead else "first in the cell's queue"
     if same:
-        out += f" ({names(j.job_id for j in same[:6])})"
+        out += (f", {len(same)} of them asking {sum(j.min_gpus for j in same)} {job.gpu_type} GPUs "
+                f"({names(j.job_id for j in same[:6])})")
     if estimate is not None and estimate.start is not None:
         out += f"; estimated start {clock(estimate.start)}"
     return out
