@@ -238,7 +238,7 @@ def _interrupted(e: m.JobInterrupted, at: _Moment) -> str:
         why = (f"node {cause.node} silent since {clock(cause.last_heartbeat_at)} "
                f"(threshold {span(cause.threshold_ms)})")
     elif isinstance(cause, m.GpuFaulted):
-        why = f"Xid {cause.xid} on {cause.node} GPU {cause.gpu} ({cause.action.value}): {e.detail}"
+        why = f"{e.detail} ({cause.action.value})"
     else:
         why = e.detail or "its hardware failed"
     lost = lost_gpu_ms(at.before, e.envelope.at)
