@@ -7,7 +7,9 @@ cordons), the clock's ticks, and heartbeat silences (a node recovery failed for 
 time its failure records). Worker facts become the simulated agents' model of the work (services/agent/
 simulated.py): each job that succeeded needs the training time it had when it succeeded; a job that had not
 succeeded by the end of the log needs longer than the window (its length is unknown); the agents' start delay,
-checkpoint period and checkpoint-on-request delay are the medians the log shows. Decisions are P's own.
+checkpoint period and pause, checkpoint-on-request delay and restart cost are the medians the log shows
+(`calibrated`). A worker's crash (a non-zero exit) is not re-driven: it belongs to an attempt P may never
+make. Decisions are P's own.
 
 With a cut (`--from`), the log up to the cut is folded as recorded (P takes over the cell as it was), the jobs
 holding GPUs there keep the worker facts their current attempt recorded after the cut, and the inputs after the
@@ -53,11 +55,14 @@ class Comparison:
 
 
 class LoggedWork:
-    """Observer of a log's worker facts: how far each attempt got (progress restored from its checkpoint plus the
-    time its whole gang ran) and, for jobs that succeeded, the training time they needed."""
+    """Observer of a log's worker facts: how far each attempt got, and for jobs that succeeded, the training time
+    they needed. Progress is that of the attempt's latest checkpoint plus the time since it; before its first,
+    what it resumed from plus the time its whole gang ran, less a resumed attempt's `restart_cost_ms`."""
 
-    def __init__(self) -> None:
+    def __init__(self, restart_cost_ms: int = 0) -> None:
+        self.restart_cost_ms = restart_cost_ms
         self.started: dict[str, tuple[int, int, int]] = {}  # job -> (attempt, running since, restored progress)
+        self.saved: dict[str, tuple[int, int, int]] = {}  # job -> (attempt, at, progress) of its latest checkpoint
         self.durations: dict[str, int] = {}
 
     def __call__(self, cell: VirtualCell, event: m.Event, offset: int) -> None:
@@ -68,20 +73,28 @@ class LoggedWork:
             if self.started.get(job.job_id, (0,))[0] != job.attempt:
                 restored = job.checkpoint.progress_ms if job.checkpoint is not None else 0
                 self.started[job.job_id] = (job.attempt, event.at, restored)
+        elif isinstance(event, m.CheckpointCompleted) and job.attempt == event.attempt and (
+                job.checkpoint is not None and job.checkpoint.checkpoint_id == event.checkpoint_id):
+            self.saved[job.job_id] = (event.attempt, event.at, event.progress_ms)
         elif isinstance(event, m.JobSucceeded) and job.state is JobState.SUCCEEDED:
             self.durations[job.job_id] = self.progress(job.job_id, job.attempt, event.at) or 0
 
     def progress(self, job_id: str, attempt: int, at: int) -> int | None:
+        saved = self.saved.get(job_id)
+        if saved is not None and saved[0] == attempt and saved[1] <= at:
+            return saved[2] + at - saved[1]
         started = self.started.get(job_id)
         if started is None or started[0] != attempt:
             return None
-        return started[2] + max(0, at - started[1])
+        restart = self.restart_cost_ms if attempt > 1 else 0
+        return started[2] + max(0, at - started[1] - restart)
 
 
-def measure(events: Sequence[m.Event], cell: str, workload: Workload, until: int) -> tuple[dict, dict, LoggedWork]:
+def measure(events: Sequence[m.Event], cell: str, workload: Workload, until: int,
+            restart_cost_ms: int = 0) -> tuple[dict, dict, LoggedWork]:
     """The simulator's metrics of a log, folded as it stands (no decider runs)."""
     replayed = VirtualCell(cell=cell, deciders=[])
-    work = LoggedWork()
+    work = LoggedWork(restart_cost_ms)
     meter = Meter(work, sorted(workload.capacity()))
     replayed.observers.extend([work, meter])
     for event in events:
@@ -98,9 +111,10 @@ def compare(records: Sequence[tuple[int, m.Event]], cell: str, policy: Policy, c
     events = [e for _, e in records]
     until = max((e.envelope.at for e in events), default=0)
     workload = workload_of(events)
-    recorded, recorded_jobs, work = measure(events, cell, workload, until)
-    run = redrive(records, cell, policy, cut, work.durations, until)
-    whatif, whatif_jobs, _ = measure(run.log, cell, workload, until)
+    timing = calibrated(events)
+    recorded, recorded_jobs, work = measure(events, cell, workload, until, timing.restart_cost_ms)
+    run = redrive(records, cell, policy, cut, work.durations, until, timing)
+    whatif, whatif_jobs, _ = measure(run.log, cell, workload, until, timing.restart_cost_ms)
     out = Comparison(cell, recorded_policy, policy.version, cut, until,
                      {k: recorded[k] for k in SHOWN}, {k: whatif[k] for k in SHOWN})
     out.movers = most_moved(recorded_jobs, whatif_jobs, movers)
@@ -108,11 +122,12 @@ def compare(records: Sequence[tuple[int, m.Event]], cell: str, policy: Policy, c
 
 
 def redrive(records: Sequence[tuple[int, m.Event]], cell: str, policy: Policy, cut: int, durations: dict[str, int],
-            until: int) -> VirtualCell:
+            until: int, timing: AgentTiming | None = None) -> VirtualCell:
     """The cell run under `policy` from the cut on, with simulated agents calibrated on the recorded worker facts."""
     events = [e for _, e in records]
     run = VirtualCell(cell=cell, policy=policy)
-    agents = SimulatedAgents(timing=calibrated(events), durations={**_never(workload_of(events), until), **durations})
+    agents = SimulatedAgents(timing=timing or calibrated(events),
+                             durations={**_never(workload_of(events), until), **durations})
     prefix = [(o, e) for o, e in records if o <= cut]
     for _, event in prefix:
         run.append_recorded(event)
@@ -137,29 +152,46 @@ def redrive(records: Sequence[tuple[int, m.Event]], cell: str, policy: Policy, c
 
 
 def calibrated(events: Sequence[m.Event]) -> AgentTiming:
-    """The agents' timing the log shows: median start delay, checkpoint period and checkpoint-on-request delay."""
+    """The agents' timing the log shows, as medians: start delay (placed to started), checkpoint period (training
+    between periodic checkpoints) and pause (time between them beyond that), checkpoint-on-request delay, and the
+    restart cost of a resumed attempt (time to its first checkpoint beyond the training it saved)."""
     placed: dict[tuple[str, int], int] = {}
+    started: dict[tuple[str, int], tuple[int, int]] = {}  # attempt -> (started at, progress restored)
+    saved: dict[str, int] = {}  # job -> progress of its latest checkpoint
+    attempt: dict[str, int] = {}  # job -> its current attempt (a late checkpoint of an earlier one does not count)
     asked: dict[str, int] = {}
-    last_checkpoint: dict[tuple[str, int], int] = {}
-    delays, periods, answers = [], [], []
+    last: dict[tuple[str, int], tuple[int, int]] = {}  # attempt -> (at, progress) of its latest checkpoint
+    delays, periods, pauses, answers, firsts = [], [], [], [], []
     for e in events:
+        if isinstance(e, (m.JobPlaced, m.JobRequeued)):
+            attempt[e.job_id] = e.attempt
+        elif isinstance(e, m.JobPreempted):
+            attempt[e.job_id] = attempt.get(e.job_id, 1) + 1
         if isinstance(e, m.JobPlaced):
             placed[(e.job_id, e.attempt)] = e.at
         elif isinstance(e, m.WorkerStarted) and (e.job_id, e.attempt) in placed:
             delays.append(e.at - placed.pop((e.job_id, e.attempt)))
+            started[(e.job_id, e.attempt)] = (e.at, saved.get(e.job_id, 0))
         elif isinstance(e, m.PreemptionRequested):
             asked[e.job_id] = e.at
-        elif isinstance(e, m.CheckpointCompleted):
+        elif isinstance(e, m.CheckpointCompleted) and e.attempt == attempt.get(e.job_id, 1):
             key = (e.job_id, e.attempt)
             if e.job_id in asked:
                 answers.append(e.at - asked.pop(e.job_id))
-            elif key in last_checkpoint:
-                periods.append(e.at - last_checkpoint[key])
-            last_checkpoint[key] = e.at
+            elif key in last:
+                periods.append(e.progress_ms - last[key][1])
+                pauses.append(e.at - last[key][0] - periods[-1])
+            elif e.attempt > 1 and key in started:
+                firsts.append((e.at - started[key][0], e.progress_ms - started[key][1]))
+            last[key] = (e.at, e.progress_ms)
+            saved[e.job_id] = max(saved.get(e.job_id, 0), e.progress_ms)
     default = AgentTiming()
-    return AgentTiming(start_delay_ms=int(statistics.median(delays)) if delays else default.start_delay_ms,
-                       checkpoint_every_ms=int(statistics.median(periods)) if periods else None,
-                       checkpoint_delay_ms=int(statistics.median(answers)) if answers else default.checkpoint_delay_ms)
+    median = lambda values, otherwise: int(statistics.median(values)) if values else otherwise  # noqa: E731
+    pause = max(0, median(pauses, 0))
+    return AgentTiming(start_delay_ms=median(delays, default.start_delay_ms),
+                       checkpoint_every_ms=median(periods, None), checkpoint_cost_ms=pause,
+                       checkpoint_delay_ms=median(answers, default.checkpoint_delay_ms),
+                       restart_cost_ms=max(0, median([took - trained - pause for took, trained in firsts], 0)))
 
 
 def workload_of(events: Sequence[m.Event]) -> Workload:
