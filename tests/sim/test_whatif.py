@@ -16,8 +16,8 @@ from tests.sim.conftest import H, write_trace
 def simulated(traces) -> list:
     rng = random.Random(5)
     for team in ("vision", "speech"):
-        write_trace(traces, team, sorted((rng.randrange(0, 24 * H), rng.randrange(600, 5 * H), rng.choice([1, 4, 8, 16]))
-                                         for _ in range(40)))
+        jobs = [(rng.randrange(0, 24 * H), rng.randrange(600, 5 * H), rng.choice([1, 4, 8, 16])) for _ in range(40)]
+        write_trace(traces, team, sorted(jobs))
     config = workload.SimConfig(gpus=32, private=False, failures_per_1000_gpu_days=3000, repair_s=2 * H)
     records: list = []
     simulate(workload.build_workload([traces], config), GANGWAY, config,
