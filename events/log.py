@@ -216,6 +216,9 @@ class EventConsumer:
             # A replica killed with -9 loses its cells to the others after this long.
             "session.timeout.ms": 6_000,
             "heartbeat.interval.ms": 1_500,
+            # A fetch that finds nothing new waits at most this long at the broker: a decision committed by the
+            # service upstream is seen within milliseconds, not librdkafka's default half second.
+            "fetch.wait.max.ms": 10,
             "logger": quiet_logger(),
         })
         if assign is not None:

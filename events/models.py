@@ -94,6 +94,12 @@ class Record(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
 
+def field_of(record: Record, name: str, default: object = None) -> object:
+    """A field's value, or `default` when the record's type has no such field: what a fold asks of any event,
+    without pydantic's slow path for a missing attribute."""
+    return record.__dict__.get(name, default)
+
+
 class Envelope(Record):
     """What every event carries: identity, cell, time, provenance and, for decisions, the basis."""
 

@@ -17,6 +17,7 @@ from events import models as m
 from projections.cell import CellState
 from projections.cluster import Node, domain_ids
 from projections.jobs import Checkpoint, Job, JobState
+from projections.reservations import ends_before, shadow_time
 from projections.tenancy import DEFAULT_PRIORITY, PriorityClass, Quota, Team
 from projections.validate import Limits, Refusal, refusal, request_problem
 
@@ -40,6 +41,14 @@ def evolve(state: CellState, event: m.Event, offset: int) -> Refusal | None:
         handler(state, event, offset)
         _mark_dirty(state, event)
     return None
+
+
+def advance(state: CellState, event: m.Event, offset: int) -> None:
+    """Moves the state to `offset` for an event whose effect is already in it: a replica's own decision, laid
+    over its state when made, reaching its place in the log (projections/overlay.py)."""
+    state.offset = offset
+    _advance_time(state, event)
+    _mark_dirty(state, event)
 
 
 def _advance_time(state: CellState, event: m.Event) -> None:
@@ -72,7 +81,7 @@ def fold_assumed(state: CellState, event: m.Event) -> CellState:
 def _mark_dirty(state: CellState, event: m.Event) -> None:
     """Names the snapshot rows this event may have changed, for the projection store."""
     dirty = state.dirty
-    job_id = getattr(event, "job_id", None)
+    job_id = m.field_of(event, "job_id")
     if job_id is not None:
         dirty.add(f"job/{job_id}")
         dirty.add("tenancy")  # usage follows admissions and releases
@@ -90,7 +99,7 @@ def _note(job: Job, event: m.Event, offset: int, reason: str | None = None) -> N
 
 
 def _decided_about(state: CellState, event: m.Event, offset: int) -> Job | None:
-    job = state.jobs.get(getattr(event, "job_id", ""))
+    job = state.jobs.get(m.field_of(event, "job_id", ""))
     if job is not None:
         job.reason = event.envelope.reason
         job.reason_offset = offset
@@ -270,6 +279,9 @@ def _job_admitted(state: CellState, e: m.JobAdmitted, offset: int) -> None:
     if fit is None or not fit.fits or fit.borrowed > e.borrowed:
         _note(job, e, offset, SUPERSEDED)  # an admission folded since took the quota this one was decided on
         return
+    if _delays_a_reservation(state, job, e, _at(state, e)):
+        _note(job, e, offset, SUPERSEDED)  # a backfill that no longer ends before the reservation it used
+        return
     _decided_about(state, e, offset)
     _note(job, e, offset)
     _drop_reservation(state, job)
@@ -282,6 +294,18 @@ def _job_admitted(state: CellState, e: m.JobAdmitted, offset: int) -> None:
     if _assignable(state, job, e.assignments):
         _hold(state, job, e.assignments, e.domain)  # the planned topology assignment
     # else the plan went stale in flight: the placer sees no assignment and plans again
+
+
+def _delays_a_reservation(state: CellState, job: Job, e: m.JobAdmitted, now: int) -> bool:
+    """A backfill onto another gang's reserved nodes must end by its time limit before the reservation's shadow
+    time. The admitter checked it on the state it decided on; a fact folded since (the reserved nodes' other work
+    gone early, a new reservation) can make it false, and then the admission does not take effect."""
+    nodes = state.cluster.nodes
+    for holder in sorted({nodes[a.node].reserved_for for a in e.assignments if a.node in nodes} - {None, job.job_id}):
+        shadow = shadow_time(state, state.reservations.get(holder, ()), now, frozenset({job.job_id}))
+        if not ends_before(job, now, shadow):
+            return True
+    return False
 
 
 def _admitted_count(job: Job, gpus: int) -> int | None:

@@ -70,7 +70,7 @@ class Verdict:
 
 
 def verify(logged: Sequence[tuple[int, m.Event]], decider: Decider, policy: Policy | None = None,
-           upto: int | None = None) -> Verdict:
+           upto: int | None = None, persistent: bool = True) -> Verdict:
     """Replays `decider` over the log, each decision under the policy its record names (or all under `policy`);
     decisions based past `upto` (events the live service had not reached when it stopped) are not expected to
     be recorded. Raises UnknownPolicy for a recorded version the registry does not know."""
@@ -88,7 +88,7 @@ def verify(logged: Sequence[tuple[int, m.Event]], decider: Decider, policy: Poli
                         None)
     first = versions[min(versions)] if versions else cell_version
     start = policy or (resolve(first) if first is not None else DEFAULT_POLICY)
-    replica = Replica(decider, start, recorded=lambda offset: by_basis.get(offset, ()))
+    replica = Replica(decider, start, recorded=lambda offset: by_basis.get(offset, ()), persistent=persistent)
     decided: dict[str, m.Event] = {}
     for offset, event in logged:
         version = versions.get(offset)

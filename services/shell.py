@@ -40,6 +40,9 @@ from services.policy import Policy
 
 log = logging.getLogger("gangway.shell")
 
+#: While decisions are in flight, the store is saved at most this often (each save lifts them off the state).
+SAVE_EVERY_S = 2.0
+
 
 @dataclass
 class Timings:
@@ -65,6 +68,7 @@ class CellRuntime:
     producer: EventProducer
     replay_until: int = 0  # events below this offset were decided before: their output is in the log
     heartbeat_offset: int = OFFSET_BEGINNING  # next side-topic record to read
+    saved_at: float = 0.0  # when the store was last saved (monotonic seconds)
 
 
 class ServiceShell:
@@ -235,7 +239,12 @@ class ServiceShell:
             # from, so the group's offsets only need to follow now and then (for lag, and hand-over).
             self.consumer.commit_later(consumed)
         clock = self._lap("commit", clock)
-        runtime.store.save(replica.state, extra=self._extra(runtime))
+        if not replica.assumed or time.monotonic() - runtime.saved_at >= SAVE_EVERY_S:
+            # The store holds the log folded in order, so its decisions in flight come off first; while many are
+            # in flight (a burst) it is saved now and then only: a restart re-reads what came after, silently.
+            replica.settle()
+            runtime.store.save(replica.state, extra=self._extra(runtime))
+            runtime.saved_at = time.monotonic()
         self._lap("store", clock)
 
     def _extra(self, runtime: CellRuntime) -> dict[str, bytes]:

@@ -26,6 +26,7 @@ from services.core.placement import (
     CapacityView,
     Placement,
     Unplaceable,
+    bound,
     ends_before,
     excluded_nodes,
     may_backfill,
@@ -297,6 +298,9 @@ def admission_cycle(state: CellState, ctx: Context, only: Job | None = None, ref
             if gpus < most * job.gpus_per_worker:  # fewer workers placed than the quota allowed: borrow less
                 fit = state.tenancy.admissible(job.team, job.gpu_type, gpus, policy.borrowing, usage)
             decisions.append(_admit(state, job, gpus, fit.borrowed, outcome, ctx))
+            # The plan binds in the same transaction: one hop from submission to placement. The placer steps in
+            # only when the plan went stale before it was folded.
+            decisions.append(bound(job, outcome.assignments, outcome.domain, ctx))
             view.hold(outcome)
             usage[(job.team, job.gpu_type)] = usage.get((job.team, job.gpu_type), 0) + gpus
             if reservations.pop(job.job_id, None) is not None:  # its nodes are free for the rest of the cycle

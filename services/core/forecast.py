@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING
 
 from projections.cell import CellState
 from projections.jobs import Job, JobState
-from services.core.placement import expected_end
+from projections.reservations import expected_end
 from services.core.queue import queue_order
 
 if TYPE_CHECKING:  # the policy is a value the caller passes in

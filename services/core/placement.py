@@ -17,12 +17,15 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from events import models as m
 from events.models import Reason
 from projections.cell import CellState
 from projections.cluster import CELL, Cluster, Node
 from projections.jobs import Job
+from projections.reservations import ends_before, shadow_time
 
 if TYPE_CHECKING:  # the placer's knobs, passed in by whichever decider places
+    from services.core.decider import Context
     from services.placer.policy import PlacementPolicy
 
 Assignments = tuple[tuple[int, str, tuple[int, ...]], ...]  # (worker, node, GPU indices)
@@ -194,6 +197,15 @@ class CapacityView:
         return tuple(assignments)
 
 
+def bound(job: Job, assignments: Sequence[tuple[int, str, Sequence[int]]], domain: str | None,
+          ctx: Context) -> m.JobPlaced:
+    """The decision that binds a gang's workers to these nodes and GPU indices (for its current attempt)."""
+    return m.JobPlaced(
+        envelope=ctx.envelope(Reason.PLACED, job.job_id), job_id=job.job_id, attempt=job.attempt, domain=domain,
+        assignments=[m.WorkerAssignment(worker=w, node=n, gpus=list(g)) for w, n, g in assignments],
+    )
+
+
 def place_gang(view: CapacityView, job: Job, most: int, policy: PlacementPolicy,
                excluded: Iterable[str] = ()) -> Placement | Unplaceable:
     """Places `most` workers of `job`, else (with min_workers) the largest smaller count down to its minimum."""
@@ -222,38 +234,9 @@ def _search_levels(cluster: Cluster, job: Job, policy: PlacementPolicy) -> list[
 # --- reserved nodes and EASY backfill ----------------------------------------------------------
 
 
-def expected_end(job: Job) -> int | None:
-    """When a job holding GPUs should end: its start (or admission) plus its time limit; None without a limit."""
-    start = job.running_since if job.running_since is not None else job.admitted_at
-    if job.time_limit_ms is None or start is None:
-        return None
-    return start + job.time_limit_ms
-
-
-def shadow_time(state: CellState, nodes: Sequence[str], now: int, gone: frozenset[str] = frozenset()) -> int | None:
-    """When reserved `nodes` are expected to be free: the latest expected end of the jobs holding GPUs
-    there (other than `gone`), `now` when none does, None when one of them has no time limit."""
-    cluster = state.cluster
-    holders = sorted({j for name in nodes if name in cluster.nodes for j in cluster.nodes[name].holder.values()})
-    shadow = now
-    for job_id in holders:
-        if job_id in gone:
-            continue
-        end = expected_end(state.jobs[job_id])
-        if end is None:
-            return None
-        shadow = max(shadow, end)
-    return shadow
-
-
 def shadow_times(state: CellState, now: int, gone: frozenset[str] = frozenset()) -> dict[str, int | None]:
     """The shadow time of every reservation, by the gang holding it."""
     return {holder: shadow_time(state, nodes, now, gone) for holder, nodes in state.reservations.items()}
-
-
-def ends_before(job: Job, now: int, shadow: int | None) -> bool:
-    """Whether `job`, started now, ends by its time limit before a reservation's (known) shadow time."""
-    return job.time_limit_ms is not None and shadow is not None and now + job.time_limit_ms <= shadow
 
 
 def may_backfill(job: Job, now: int, shadows: Mapping[str, int | None]) -> bool:

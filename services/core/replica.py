@@ -4,9 +4,15 @@ that every runner drives: the Kafka shell, verify, the scenario runner and the s
 
 The state is always the log folded in log order: an own decision is folded where it lands, like anyone
 else's, so every reader of the log agrees with the replica. The decider decides on that state with its
-assumed decisions laid over it (projections/overlay.py) and lifted off again, so it never double-books
-while its own decisions are in flight. A decision is therefore a function of the log up to its basis, the
-replica's own decisions based earlier that land later, and the policy: what replay needs to reproduce it.
+assumed decisions laid over it (projections/overlay.py), so it never double-books while its own decisions
+are in flight. A decision is therefore a function of the log up to its basis, the replica's own decisions
+based earlier that land later, and the policy: what replay needs to reproduce it.
+
+How the overlay is laid does not change a decision, only its cost. A replica that owns its state keeps the
+overlay laid between records (`persistent`): a record that commutes with the decisions in flight is folded
+on top of them, the oldest of them landing stays folded, and only a record that touches their rows lifts the
+overlay first. Replicas sharing one state (the in-memory cell) lay and lift it around each decision instead.
+`settle()` lifts it, leaving the state exactly the log folded in order (what a store saves).
 """
 
 from __future__ import annotations
@@ -21,7 +27,7 @@ from events import models as m
 from events.models import Reason
 from projections.cell import CellState
 from projections.evolve import evolve
-from projections.overlay import lay
+from projections.overlay import Overlay, lay
 from projections.validate import MAX_DETAIL_LENGTH, Refusal
 from services.core.decider import Context, Decider
 
@@ -46,6 +52,8 @@ class Replica:
     #: heartbeats read but stamped later than the cell's time: they count once the log reaches their time
     pending_heartbeats: list[tuple[int, str]] = field(default_factory=list)
     recorded: Recorded | None = None
+    persistent: bool = True
+    _overlay: Overlay | None = field(default=None, repr=False)
 
     @property
     def name(self) -> str:
@@ -59,7 +67,21 @@ class Replica:
         """Folds the event at `offset` and answers it; an offset already folded is a re-delivery: nothing."""
         if offset <= self.state.offset:
             return []
+        overlay = self._overlay
+        if overlay is not None and overlay.laid:
+            own = event.is_decision and event.envelope.producer == self.decider.name
+            if own and overlay.oldest() is self.assumed.get(event.envelope.event_id):
+                overlay.land(overlay.oldest(), offset)  # already folded, exactly as the log has it
+                return self.answer(offset, event)
+            if own or not overlay.commutes(event):
+                self.settle()
         return self.answer(offset, event, fold(self.state, event, offset))
+
+    def settle(self) -> None:
+        """Lifts the decisions in flight: the state is the log folded in order again."""
+        if self._overlay is not None:
+            self._overlay.lift()
+            self._overlay = None
 
     def answer(self, offset: int, event: m.Event, refused: Refusal | None = None) -> list[m.Decision]:
         """The decisions on an event the state has just folded at `offset`, or refused to (several replicas of
@@ -77,15 +99,16 @@ class Replica:
             return []
         if self.pending_heartbeats:
             self._count_heartbeats()
-        overlay = lay(self.state, self.assumed.values()) if self.assumed else None
+        if self.assumed and self._overlay is None:
+            self._overlay = lay(self.state, self.assumed.values())
         try:
             decisions = self.decider.decide(self.state, event, self._context(offset, event))
         except Exception as error:  # a decider bug must not stop the cell: answered, logged loudly
             log.exception("%s failed on %s at offset %d", self.decider.name, event.event_type, offset)
             decisions = [self._refusal(offset, event, Refusal(Reason.DECISION_FAILED, _what(error)))]
         finally:
-            if overlay is not None:
-                overlay.lift()
+            if not self.persistent:
+                self.settle()
         if not decisions:
             return decisions
         unwritable = next((why for d in decisions if (why := unencodable(d))), "")
@@ -108,8 +131,13 @@ class Replica:
                                detail=refused.detail[:MAX_DETAIL_LENGTH])
 
     def _remember(self, decisions: list[m.Decision]) -> list[m.Decision]:
+        """The decisions are in flight now; a persistent overlay takes them on top of the ones before."""
+        if self.persistent and self._overlay is None:
+            self._overlay = lay(self.state, self.assumed.values())
         for decision in decisions:
             self.assumed[decision.envelope.event_id] = decision
+            if self.persistent:
+                self._overlay.add(decision)
         return decisions
 
     def observe(self, event: m.Event) -> None:
@@ -172,5 +200,6 @@ def unencodable(decision: m.Event) -> str:
 
 
 def replicas(deciders: Sequence[Decider], policy: Policy, state: CellState) -> list[Replica]:
-    """One replica per decider, all over one shared state (an in-memory cell folds each event once)."""
-    return [Replica(decider, policy, state) for decider in deciders]
+    """One replica per decider, all over one shared state (an in-memory cell folds each event once): each lays
+    its decisions in flight only while it decides, so the others find the state as the log folds it."""
+    return [Replica(decider, policy, state, persistent=False) for decider in deciders]

@@ -1,19 +1,20 @@
-"""The placer: binds each admitted gang to nodes and GPU indices, or says what stops it.
+"""The placer: places again what the admitter's plan could not bind, or says what stops it.
 
-The admitter's planned assignment is bound as it stands when it is still valid; when the plan
-went stale in flight (a node failed, a placement was superseded) the placer plans again, and
-when no placement exists it returns the gang to the queue with the binding constraint. It places
-exactly the workers the admission reserved quota for (fewer than asked for a gang with min_workers).
+The admitter binds the placement it planned in the same transaction as the admission (JobPlaced right
+after JobAdmitted), so a gang is placed one hop after it was submitted. When the plan went stale in
+flight (a node failed, another placement took the GPUs first) the binding is superseded as it is folded,
+and the placer plans again from the state; when no placement exists it returns the gang to the queue
+with the binding constraint. It places exactly the workers the admission reserved quota for (fewer than
+asked for a gang with min_workers). An admission that carries no plan is placed here too.
 """
 
 from __future__ import annotations
 
 from events import models as m
-from events.models import Reason
 from projections.cell import CellState
 from projections.jobs import Job, JobState
 from services.core.decider import Context
-from services.core.placement import CapacityView, Placement, off_limits
+from services.core.placement import CapacityView, Placement, bound, off_limits
 
 #: Events after which an admitted job may need (re)placing.
 TRIGGERS = (m.JobAdmitted, m.JobPlaced)
@@ -26,6 +27,8 @@ class Placer:
     answers_refusals = False
 
     def decide(self, state: CellState, event: m.Event, ctx: Context) -> list[m.Decision]:
+        if isinstance(event, m.JobAdmitted) and event.assignments:
+            return []  # the admitter binds its plan itself, right after
         job = state.jobs.get(event.job_id)
         if job is None or job.state is not JobState.ADMITTED:
             return []
@@ -35,17 +38,10 @@ class Placer:
 def bind(state: CellState, job: Job, ctx: Context) -> m.Decision:
     nodes = state.cluster.nodes
     if job.assignments and all(nodes[n].schedulable for _, n, _ in job.assignments):
-        return _placed(job, job.assignments, job.domain, Reason.PLACED, ctx)
+        return bound(job, job.assignments, job.domain, ctx)
     excluded = off_limits(state, job, ctx.now)
     outcome = CapacityView(state.cluster).place(job, ctx.policy.placement, excluded, job.admitted_workers)
     if isinstance(outcome, Placement):
-        return _placed(job, outcome.assignments, outcome.domain, Reason.PLACED, ctx)
+        return bound(job, outcome.assignments, outcome.domain, ctx)
     return m.PlacementPending(envelope=ctx.envelope(outcome.reason, job.job_id), job_id=job.job_id,
                               detail=outcome.detail)
-
-
-def _placed(job: Job, assignments, domain: str | None, reason: Reason, ctx: Context) -> m.JobPlaced:
-    return m.JobPlaced(
-        envelope=ctx.envelope(reason, job.job_id), job_id=job.job_id, attempt=job.attempt, domain=domain,
-        assignments=[m.WorkerAssignment(worker=w, node=n, gpus=list(g)) for w, n, g in assignments],
-    )

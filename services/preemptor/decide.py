@@ -20,8 +20,9 @@ from events.models import Reason
 from projections.cell import CellState
 from projections.cluster import CELL
 from projections.jobs import Job, JobState
+from projections.reservations import ends_before, expected_end
 from services.core.decider import Context
-from services.core.placement import CapacityView, Placement, ends_before, expected_end, place_gang
+from services.core.placement import CapacityView, Placement, place_gang
 from services.core.queue import queue_order
 from services.core.quota import quota_fit
 

@@ -22,7 +22,7 @@ from replay.rebuild import differences
 from replay.verify import verify
 from services.policy import DEFAULT_POLICY
 from services.run_cli import DECIDERS
-from tests.integration.control_plane import ControlPlane, Operator, count, fold, read_log
+from tests.integration.control_plane import ControlPlane, Operator, count, fold, read_log, wait_until_caught_up
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 
@@ -80,7 +80,7 @@ def test_submissions_run_to_completion_exactly_once(kafka_bootstrap, gangway_top
                  "--bootstrap-servers", kafka_bootstrap]) == 0
     assert main(["projection", "compare", str(tmp_path / "to-placer"), str(placer_db)]) == 0
     reproduced = assert_every_decision_reproduced(logged, tmp_path)
-    assert reproduced["admitter"] >= 5 and reproduced["placer"] >= 5 and reproduced["recovery"] >= 4, reproduced
+    assert reproduced["admitter"] >= 10 and reproduced["recovery"] >= 4, reproduced  # the admitter binds its plans
 
 
 def test_kill_9_loses_and_duplicates_no_decision(kafka_bootstrap, gangway_topics, tmp_path: Path):
@@ -100,6 +100,7 @@ def test_kill_9_loses_and_duplicates_no_decision(kafka_bootstrap, gangway_topics
                 plane.start(victim)
             time.sleep(0.05)
         logged = read_log(kafka_bootstrap, gangway_topics, until=placed_all(jobs), timeout=120)
+        wait_until_caught_up(kafka_bootstrap, gangway_topics, logged[-1][0] + 1)
     finally:
         plane.stop_all()
     assert [count(logged, m.JobAdmitted, j) for j in jobs] == [1] * len(jobs)

@@ -9,9 +9,9 @@ from projections.cell import CellState
 from projections.evolve import SUPERSEDED
 from projections.jobs import HOLDING, JobState
 from projections.overlay import lay
+from projections.reservations import ends_before, shadow_time
 from projections.validate import refusal
 from services.core.decider import Context
-from services.core.placement import ends_before, shadow_time
 
 
 def _took_effect(job, offset: int) -> bool:

@@ -39,7 +39,7 @@ def test_a_tampered_placement_is_reported_as_different():
     moved = placed.model_copy(update={"assignments": [a.model_copy(update={"gpus": [7 - g for g in a.gpus]})
                                                       for a in placed.assignments]})
     log[i] = (i, moved)
-    verdict = verify(log, DECIDERS["placer"](), policy)
+    verdict = verify(log, DECIDERS[placed.envelope.producer](), policy)
     assert verdict.different == [placed.envelope.event_id]
 
 
@@ -133,7 +133,7 @@ def test_the_first_divergence_is_the_earliest_by_basis():
     placements = [(i, e) for i, e in log if isinstance(e, m.JobPlaced)][:2]
     for i, placed in placements:
         log[i] = (i, placed.model_copy(update={"domain": "elsewhere"}))
-    verdict = verify(log, DECIDERS["placer"](), policy)
+    verdict = verify(log, DECIDERS["admitter"](), policy)  # the admitter binds what it admits
     assert [d.event_id for d in verdict.divergences] == [e.envelope.event_id for _, e in placements]
     assert verdict.first.recorded.domain == "elsewhere" and verdict.first.replayed.domain == placements[0][1].domain
     assert verdict.first.differing_fields() == ["domain"]

@@ -1,0 +1,39 @@
+"""When reserved nodes come free (a reservation's shadow time) and whether a job ends before it: the arithmetic of
+Slurm's EASY backfill, shared by the admitter, which backfills around reservations, and by `evolve`, which
+supersedes a backfill that a later fact made too long for its reservation."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from projections.cell import CellState
+from projections.jobs import Job
+
+
+def expected_end(job: Job) -> int | None:
+    """When a job holding GPUs should end: its start (or admission) plus its time limit; None without a limit."""
+    start = job.running_since if job.running_since is not None else job.admitted_at
+    if job.time_limit_ms is None or start is None:
+        return None
+    return start + job.time_limit_ms
+
+
+def shadow_time(state: CellState, nodes: Sequence[str], now: int, gone: frozenset[str] = frozenset()) -> int | None:
+    """When reserved `nodes` are expected to be free: the latest expected end of the jobs holding GPUs
+    there (other than `gone`), `now` when none does, None when one of them has no time limit."""
+    cluster = state.cluster
+    holders = sorted({j for name in nodes if name in cluster.nodes for j in cluster.nodes[name].holder.values()})
+    shadow = now
+    for job_id in holders:
+        if job_id in gone:
+            continue
+        end = expected_end(state.jobs[job_id])
+        if end is None:
+            return None
+        shadow = max(shadow, end)
+    return shadow
+
+
+def ends_before(job: Job, now: int, shadow: int | None) -> bool:
+    """Whether `job`, started now, ends by its time limit before a reservation's (known) shadow time."""
+    return job.time_limit_ms is not None and shadow is not None and now + job.time_limit_ms <= shadow
