@@ -114,6 +114,13 @@ class VirtualCell:
             self.first_offset += len(self.log)
             self.log.clear()
 
+    def append_recorded(self, event: m.Event) -> None:
+        """Appends an event of a recorded log and folds it with no replica answering: the cell as the log had
+        it (what-if takes over a cell at a cut this way)."""
+        offset = len(self.log)
+        self.log.append(event)
+        fold(self.state, event, offset)
+
     def next_scheduled_at(self) -> int | None:
         """Time of the earliest scheduled event, or None when nothing is scheduled."""
         return self._pending[0][0] if self._pending else None
