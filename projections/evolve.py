@@ -11,10 +11,11 @@ given and returns it; callers that need the old state keep a copy.
 
 from __future__ import annotations
 
+from bisect import insort
 from collections.abc import Callable
 
 from events import models as m
-from projections.cell import CellState
+from projections.cell import RUNTIME_HISTORY, CellState
 from projections.cluster import Node, domain_ids
 from projections.jobs import Checkpoint, Job, JobState
 from projections.reservations import ends_before, shadow_time
@@ -152,6 +153,10 @@ def _tick(state: CellState, e: m.Tick, offset: int) -> None:
         if job is None or not job.ended:
             continue  # ended and submitted again cannot happen (ids are never reused), but stay safe
         del state.jobs[job_id]
+        fraction = job.runtime_fraction()
+        if fraction is not None:
+            insort(state.runtimes, (job.submit_offset, fraction))
+            del state.runtimes[:-RUNTIME_HISTORY]
         state.retired.add(job_id)
         state.retired_order.append(job_id)
         state.dirty.add(f"job/{job_id}")

@@ -60,7 +60,7 @@ def _row(state: CellState, key: str) -> Any:
         return {"cell": state.cell, "offset": state.offset, "now": state.now, "clock": state.clock,
                 "limits": dataclasses.asdict(state.limits), "levels": list(state.cluster.levels),
                 "reservations": {j: list(n) for j, n in sorted(state.reservations.items())},
-                "ending": sorted(state.ending)}
+                "ending": sorted(state.ending), "runtimes": [list(r) for r in state.runtimes]}
     if key == TENANCY_KEY:
         t = state.tenancy
         return {
@@ -127,6 +127,7 @@ def restore(stored: Mapping[str, bytes]) -> CellState:
     state.cluster.levels = tuple(cell["levels"])
     state.reservations = {j: tuple(n) for j, n in cell["reservations"].items()}
     state.ending = set(cell["ending"])
+    state.runtimes = [(offset, fraction) for offset, fraction in cell["runtimes"]]
     tenancy = json.loads(stored[TENANCY_KEY])
     t = state.tenancy
     t.teams = {name: Team(name, cohort, weight) for name, cohort, weight in tenancy["teams"]}

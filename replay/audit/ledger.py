@@ -97,7 +97,7 @@ def fold(records: Sequence[tuple[int, m.Event]], start: int | None = None) -> Le
     _accrue(teams, rates, max(last, start), end)
     for team, ledger in teams.items():
         ledger.wait_s = _percentiles(sorted(waits.get(team, [])))
-        ledger.still_waiting = sum(1 for j in submitted if state.jobs[j].team == team and j in state.queued)
+        ledger.still_waiting = sum(1 for j in submitted if j in state.queued and state.jobs[j].team == team)
     return Ledger(start, end, dict(sorted(teams.items())))
 
 

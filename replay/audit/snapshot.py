@@ -27,15 +27,19 @@ class CellView:
 def at(records: Sequence[tuple[int, m.Event]], cell: str) -> CellView:
     """Folds the records and describes the cell after the last of them."""
     state = CellState()
+    ended: dict[str, str] = {}  # ended jobs leave the state at the next Tick: their final states are kept here
     for offset, event in records:
+        if isinstance(event, m.Tick):
+            ended.update((j, state.jobs[j].state.value) for j in sorted(state.ending) if j in state.jobs)
         evolve(state, event, offset)
-    return describe(state, cell)
+    return describe(state, cell, ended)
 
 
-def describe(state: CellState, cell: str) -> CellView:
+def describe(state: CellState, cell: str, ended: dict[str, str] | None = None) -> CellView:
     by_state: dict[str, list[str]] = {}
-    for job_id in sorted(state.jobs):
-        by_state.setdefault(state.jobs[job_id].state.value, []).append(job_id)
+    finals = {**(ended or {}), **{j: job.state.value for j, job in state.jobs.items()}}
+    for job_id in sorted(finals):
+        by_state.setdefault(finals[job_id], []).append(job_id)
     jobs = {s.value: by_state[s.value] for s in JobState if s.value in by_state}
     return CellView(cell, state.offset, state.now, node_status(state), jobs, team_usage(state))
 

@@ -65,6 +65,7 @@ def timeline(records: Sequence[tuple[int, m.Event]], job_id: str) -> tuple[Timel
     causes: dict[str, m.Event] = {}  # what interruptions cite: failures, faults and exits, by event id
     requests: set[str] = set()  # event ids of the job's cancel requests, whose rejection is about it
     inputs: set[int] = set()  # offsets of the records about the job, whose refusal is about it
+    last: Job | None = None  # the job as last seen: an ended job leaves the state at the next Tick
     for offset, event in records:
         kind = type(event)
         if kind in _CITED:
@@ -76,6 +77,7 @@ def timeline(records: Sequence[tuple[int, m.Event]], job_id: str) -> tuple[Timel
         before = _before(job)
         refused = evolve(state, event, offset)
         job = state.jobs.get(job_id)
+        last = job or last
         if refused is not None:
             message: str | None = f"refused by the cell ({refused.reason.value}): {refused.detail}"
         else:
@@ -91,7 +93,7 @@ def timeline(records: Sequence[tuple[int, m.Event]], job_id: str) -> tuple[Timel
             inputs.add(offset)
         if isinstance(event, m.JobCancelRequested):
             requests.add(envelope.event_id)
-    job = state.jobs.get(job_id)
+    job = state.jobs.get(job_id) or last
     out.offset = state.offset
     if job is not None:
         out.state, out.reason = job.state.value, job.reason.value

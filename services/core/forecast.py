@@ -125,9 +125,6 @@ class _Profile:
             self.segments[first].ending.append(job_id)
 
 
-#: Finished jobs whose runtimes make the cell's history, scanning back at most `_SCAN` jobs for them.
-HISTORY = 200
-_SCAN = 4000
 #: The quantiles of the runtime distribution the three plans use (1.0: the time limits). With the 90th percentile
 #: for the latest start instead of the limits, the share of real starts inside the interval fell from 95% to 72%
 #: on the first 1,500 jobs of ITP cluster02 (replay/sim/estimates.py).
@@ -160,20 +157,10 @@ class Runtimes:
         return max(start + round(limit * fraction), now)
 
 
-def runtimes(state: CellState, history: int = HISTORY) -> Runtimes:
+def runtimes(state: CellState) -> Runtimes:
     """The fractions of their time limits that the cell's most recently submitted finished jobs ran (their
-    one attempt, from its gang running to success)."""
-    out: list[float] = []
-    for scanned, job_id in enumerate(reversed(state.jobs)):
-        if len(out) >= history or scanned >= _SCAN:
-            break
-        job = state.jobs[job_id]
-        if job.state is not JobState.SUCCEEDED or not job.time_limit_ms or job.attempt != 1 or job.ended_at is None:
-            continue
-        began = next((at for _, at, kind, _ in reversed(job.history) if kind == "WorkerStarted"), None)
-        if began is not None:
-            out.append(max(0, job.ended_at - began) / job.time_limit_ms)
-    return Runtimes(tuple(sorted(out)))
+    one attempt, from its gang running to success): the cell keeps them when the jobs leave its state."""
+    return Runtimes(tuple(sorted(state.recent_runtimes())))
 
 
 def _quantile(values: tuple[float, ...], q: float) -> float:
