@@ -39,6 +39,7 @@ class LogRecord:
     value: bytes | None
     event: Event | None
     error: UndecodableEvent | None = None
+    timestamp_ms: int = 0  # when its producer made it (Kafka's CreateTime): for latency accounting only
 
     def dead_letter(self, producer: str, at: int) -> DeadLetter:
         """The dead-letter event that keeps these bytes and why they could not be read. Key and value are cut
@@ -262,7 +263,7 @@ class EventConsumer:
             except UndecodableEvent as undecodable:
                 event, error = None, undecodable
             records.append(LogRecord(message.topic(), message.partition(), message.offset(), message.key(),
-                                     message.value(), event, error))
+                                     message.value(), event, error, message.timestamp()[1]))
         self.decode_seconds += time.perf_counter() - began
         return records
 

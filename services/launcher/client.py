@@ -116,6 +116,10 @@ UNTIL = {"ended": lambda s: s.ended, "running": lambda s: s.state == JobState.RU
          "placed": lambda s: s.state in (JobState.PLACED, JobState.RUNNING) or s.ended}
 
 
+#: How long `wait` looks for a job it does not see yet (one just submitted) before saying there is none.
+SUBMISSION_VISIBLE_S = 10.0
+
+
 class Client:
     """A launcher for one cell. It keeps one log reader and folds the cell's log as it reads on."""
 
@@ -183,7 +187,7 @@ class Client:
         Raises TimeoutError after `timeout` seconds; `on_change` sees each new state."""
         done = UNTIL[until] if isinstance(until, str) else until
         deadline = None if timeout is None else time.monotonic() + timeout
-        status = self.get(job_id)
+        status = self._appeared(job_id, SUBMISSION_VISIBLE_S if timeout is None else min(timeout, SUBMISSION_VISIBLE_S))
         seen = None
         while True:
             if on_change is not None and (status.state, status.reason) != seen:
@@ -195,6 +199,17 @@ class Client:
                 raise TimeoutError(f"job {job_id} is still {status.state} ({status.reason}) after {timeout:g} s")
             self.follow(0.5)
             status = self._status(job_id, self._estimates())
+
+    def _appeared(self, job_id: str, within: float) -> JobStatus:
+        """The job's status, following the log for up to `within` seconds while it is not there: a submission
+        just committed becomes readable only once its transaction's markers are written."""
+        self.refresh()
+        give_up = time.monotonic() + within
+        while (status := self._status(job_id, self._estimates())) is None:
+            if time.monotonic() >= give_up:
+                raise LauncherError(f"no job {job_id!r} in cell {self.cell}")
+            self.follow(0.2)
+        return status
 
     def teams(self) -> list[TeamUsage]:
         self.refresh()

@@ -89,8 +89,9 @@ def agents(durations: dict[str, int]):
 
 
 def restore_in_fresh_process(path: Path) -> dict:
-    out = subprocess.run([sys.executable, "-c", RESTORE, str(path), str(ROOT)], capture_output=True, text=True,
-                         check=True)
+    out = subprocess.run([sys.executable, "-c", RESTORE, str(path), str(ROOT)], capture_output=True, text=True)
+    if out.returncode != 0:
+        raise SystemExit(f"restoring the store failed:\n{out.stderr}")
     return json.loads(out.stdout)
 
 

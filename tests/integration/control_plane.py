@@ -62,10 +62,24 @@ class ControlPlane:
         self.processes[name].wait(30)
 
     def stop_all(self) -> dict[str, int]:
+        """SIGTERM to every process and their exit codes. One that does not stop within a minute is asked where
+        it is stuck (SIGUSR1: its stacks go to its log), killed, and the test fails with that log's tail."""
         for process in self.processes.values():
             if process.poll() is None:
                 process.send_signal(signal.SIGTERM)
-        return {name: process.wait(60) for name, process in self.processes.items()}
+        deadline = time.monotonic() + 60
+        stuck = []
+        for name, process in self.processes.items():
+            try:
+                process.wait(max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                stuck.append(name)
+                process.send_signal(signal.SIGUSR1)
+                time.sleep(2)
+                process.kill()
+                process.wait(30)
+        assert not stuck, f"{stuck} did not stop within 60 s of SIGTERM:\n{self.tails(60)}"
+        return {name: process.returncode for name, process in self.processes.items()}
 
 
 class Operator:
