@@ -95,6 +95,10 @@ class EventProducer:
             "enable.idempotence": True,
             "acks": "all",
             "linger.ms": 1,
+            # A transaction begun right after the last commit meets CONCURRENT_TRANSACTIONS while the broker
+            # writes that commit's markers; librdkafka retries after retry.backoff.ms (100 ms by default, growing
+            # to at most 1 s). 5 ms took a small transaction from 109 ms to 16 ms (median) on one local broker.
+            "retry.backoff.ms": 5,
             "logger": quiet_logger(),
         }
         self._start()
