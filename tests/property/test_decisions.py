@@ -36,7 +36,7 @@ _ANSWERS = (m.JobAdmitted, m.CapacityReleased, m.JobCancelled, m.JobRejected, m.
 
 def _took_effect(cell, event: m.Event, offset: int) -> bool:
     """Whether the decision folded at `offset` changed the job it names (it is in the job's history, not superseded)."""
-    job = cell.state.jobs.get(event.job_id)
+    job = cell.job(event.job_id)  # ended jobs leave the state; the virtual cell keeps them
     return job is not None and any(o == offset and reason not in (SUPERSEDED, m.Reason.PLACEMENT_SUPERSEDED.value)
                                    for o, _, _, reason in job.history)
 
