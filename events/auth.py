@@ -246,7 +246,7 @@ def create_principals(admin, principals: Mapping[str, str], topic_prefix: str = 
 
 
 def add_principals(bootstrap: str, names: Sequence[str], topic_prefix: str = "", name_prefix: str = "",
-                   data_dir: Path | None = None) -> dict[str, dict]:
+                   data_dir: Path | None = None, admin: Credentials | None = None) -> dict[str, dict]:
     """Creates principals on the broker as admin and records them in the local store; returns their entries
     (password, and for teams and the operator an API token). An existing principal keeps its secrets."""
     store = load_store(data_dir)
@@ -260,7 +260,9 @@ def add_principals(bootstrap: str, names: Sequence[str], topic_prefix: str = "",
         if (name.startswith("team.") or name == OPERATOR) and "token" not in entry:
             entry["token"] = new_secret()
         entries[name] = known[name] = entry
-    create_principals(admin_client(bootstrap, ADMIN), {n: e["password"] for n, e in entries.items()},
+    if admin is None and ADMIN in known:
+        admin = Credentials(ADMIN, known[ADMIN]["password"])
+    create_principals(admin_client(bootstrap, admin or ADMIN), {n: e["password"] for n, e in entries.items()},
                       topic_prefix, name_prefix)
     save_store(store, data_dir)
     return entries

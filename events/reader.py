@@ -15,6 +15,7 @@ from collections.abc import Iterator, Mapping, Sequence
 
 from confluent_kafka import TopicPartition
 
+from events.auth import READER, Credentials
 from events.log import EventConsumer, LogRecord, retrying
 from events.topics import TopicNames, cell_partition, cells_from_env, topic_names
 
@@ -28,7 +29,7 @@ class LogReader:
 
     def __init__(self, cells: Sequence[str], bootstrap_servers: str | None = None, start: int | Mapping[str, int] = 0,
                  all_cells: Sequence[str] | None = None, topics: TopicNames | None = None,
-                 topic: str | None = None) -> None:
+                 topic: str | None = None, principal: str | Credentials | None = READER) -> None:
         self.all_cells = tuple(all_cells or cells_from_env())
         self.topics = topics or topic_names()
         self.topic = topic or self.topics.events  # the main log; the heartbeat topic for side input
@@ -39,7 +40,7 @@ class LogReader:
         self.partitions = {cell_partition(self.all_cells, c): c for c in self.cells}
         self.starts = {c: max(0, start if isinstance(start, int) else start.get(c, 0)) for c in self.cells}
         self._consumer = EventConsumer(bootstrap_servers or default_bootstrap(), f"reader-{uuid.uuid4().hex}",
-                                       self.topics, self.all_cells)
+                                       self.topics, self.all_cells, principal=principal)
         self._consumer.raw.assign([TopicPartition(self.topic, p, self.starts[c])
                                    for p, c in sorted(self.partitions.items())])
 

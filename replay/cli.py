@@ -7,7 +7,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from events import broker_cli, load_cli, schemas_cli, topics_cli
+from events import broker_cli, load_cli, principal_cli, schemas_cli, topics_cli
 from projections import watch
 from replay import demo, rebuild, verify
 from replay.api import cli as api_cli
@@ -22,6 +22,8 @@ SUBCOMMANDS: tuple[tuple[str, str, Any], ...] = (
     ("demo", "the whole system on a local broker: services, a simulated fleet, teams replaying a trace, shown live",
      demo),
     ("kafka", "start, stop or inspect the local Apache Kafka broker (no Docker needed)", broker_cli),
+    ("principal", "create Kafka principals (teams' launchers, agents, services, readers) and print their secrets",
+     principal_cli),
     ("topics", "create Gangway's topics and print the topic catalogue", topics_cli),
     ("schemas", "list, check, write and release the Avro event schemas", schemas_cli),
     ("run", "run a service (admitter, placer, preemptor, recovery), the clock, or all of them on Kafka", run_cli),

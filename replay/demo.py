@@ -25,13 +25,13 @@ import time
 import uuid
 from pathlib import Path
 
-from confluent_kafka.admin import AdminClient
 from rich.console import Console, Group
 from rich.live import Live
 from rich.text import Text
 
 from events import models as m
-from events.broker import KafkaSetupError, LocalKafka, quiet_logger
+from events.auth import admin_client
+from events.broker import KafkaSetupError, LocalKafka
 from events.clock import VirtualClock
 from events.log import EventProducer
 from events.reader import LogReader
@@ -80,7 +80,7 @@ def run(args: argparse.Namespace) -> int:
     epoch = time.time()
     env = dict(os.environ, GANGWAY_TOPIC_PREFIX=prefix, GANGWAY_EPOCH=repr(epoch), KAFKA_BOOTSTRAP_SERVERS=bootstrap,
                GANGWAY_CELLS=CELL)
-    ensure_topics(AdminClient({"bootstrap.servers": bootstrap, "logger": quiet_logger()}), [CELL], 1, prefix=prefix)
+    ensure_topics(admin_client(bootstrap), [CELL], 1, prefix=prefix)
     topics = topic_names(prefix)
     demo = Demo(args, bootstrap, topics, env, state_dir, VirtualClock.anchored(args.speedup, epoch))
     print(f"gangway demo: broker {bootstrap}, topics {prefix}*, logs in {state_dir}", flush=True)
