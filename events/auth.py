@@ -241,8 +241,32 @@ def create_principals(admin, principals: Mapping[str, str], topic_prefix: str = 
         if bindings:
             for future in admin.create_acls(bindings, request_timeout=timeout).values():
                 future.result(timeout=timeout)
+            _wait_for_acls(admin, principals, len(bindings), timeout)
     except KafkaException as error:
         raise AuthError(f"the broker refused to create principals: {error.args[0].str()}") from None
+
+
+def _wait_for_acls(admin, principals: Iterable[str], count: int, timeout: float) -> None:
+    """Until the broker's authorizer shows the new ACLs (it applies them from the metadata log, a moment later)."""
+    import time
+
+    from confluent_kafka.admin import (
+        AclBindingFilter,
+        AclOperation,
+        AclPermissionType,
+        ResourcePatternType,
+        ResourceType,
+    )
+
+    wanted = {f"User:{p}" for p in principals}
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        found = admin.describe_acls(AclBindingFilter(ResourceType.ANY, None, ResourcePatternType.ANY, None, None,
+                                                     AclOperation.ANY, AclPermissionType.ANY),
+                                    request_timeout=timeout).result(timeout=timeout)
+        if sum(1 for b in found if b.principal in wanted) >= count:
+            return
+        time.sleep(0.1)
 
 
 def add_principals(bootstrap: str, names: Sequence[str], topic_prefix: str = "", name_prefix: str = "",

@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import time
+import uuid
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -94,15 +95,15 @@ Headers = Sequence[tuple[str, bytes | str]]
 
 class EventProducer:
     """Writes events to their cell's partition, inside Kafka transactions. With `inputs`, a writer from outside
-    the control plane (launcher, agent, fleet): every event goes to its input topic instead (events/topics.py),
-    for the intake to take into the cell's log. `principal` names the Kafka identity (events/auth.py)."""
+    the control plane (launcher, agent, fleet): every event goes to its input topic instead (events/topics.py;
+    an agent's all to its node's), for the intake to take into the cell's log. `principal` names the Kafka identity (events/auth.py)."""
 
     def __init__(self, bootstrap_servers: str, transactional_id: str, topics: TopicNames, cells: Sequence[str],
                  codec: EventCodec | None = None, transaction_timeout_ms: int = 10_000,
-                 principal: str | Credentials | None = None, inputs: bool = False) -> None:
+                 principal: str | Credentials | None = None, inputs: bool | Callable[[Event], str] = False) -> None:
         self.topics, self.cells = topics, tuple(cells)
         self.codec = codec or EventCodec()
-        self.inputs = inputs
+        self.inputs = inputs  # True: each event's input topic (TopicNames.input_topic); or a function choosing it
         self.bootstrap, self.principal = bootstrap_servers, principal
         self._made: set[str] = set()  # input topics known to exist
         self._config = {
@@ -184,7 +185,7 @@ class EventProducer:
         self._producer.produce(topic, key=key, value=value, partition=partition, headers=headers)
 
     def _produce_input(self, event: Event, headers: Headers | None) -> None:
-        topic = self.topics.input_topic(event)
+        topic = self.inputs(event) if callable(self.inputs) else self.topics.input_topic(event)
         if topic not in self._made:
             ensure_input_topic(self.bootstrap, self.principal, topic)
             self._made.add(topic)
@@ -260,6 +261,7 @@ class EventConsumer:
         self.topics, self.cells = topics, tuple(cells)
         self.codec = codec or EventCodec()
         self._pending: dict[tuple[str, int], int] = {}
+        self._pattern = False
         self.decode_seconds = 0.0  # time spent decoding, for the service's timings
         self._last_commit = 0.0
         self._consumer = Consumer({
@@ -290,6 +292,7 @@ class EventConsumer:
     def subscribe(self, topics: Sequence[str], on_assign: Callable, on_revoke: Callable) -> None:
         """Joins the consumer group: partitions (cells) are shared among replicas and move when one dies.
         `on_assign(consumer, partitions)` may set each partition's start offset before reading begins."""
+        self._pattern = any(t.startswith("^") for t in topics)
         self._consumer.subscribe(list(topics), on_assign=on_assign, on_revoke=on_revoke, on_lost=on_revoke)
 
     def cluster_id(self) -> str:
@@ -312,6 +315,8 @@ class EventConsumer:
             if message.error() is not None:
                 if message.error().code() == KafkaError._PARTITION_EOF:
                     continue
+                if self._pattern and message.error().code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
+                    continue  # a pattern that matches no topic yet (no team or node has written)
                 raise KafkaException(message.error())
             try:
                 event, error = self.codec.decode(message.value()), None
@@ -357,3 +362,43 @@ class EventConsumer:
     def raw(self) -> Consumer:
         """The confluent-kafka consumer, for the rebalance callbacks' assign()."""
         return self._consumer
+
+
+def input_principal(topics: TopicNames, event: Event) -> str:
+    """The principal that owns an input's topic: team.T, agent.N or operator (events/auth.py)."""
+    kind, name = topics.source_of(topics.input_topic(event)) or ("operator", "")
+    return {"team": f"team.{name}", "node": f"agent.{name}"}.get(kind, "operator")
+
+
+class InputWriter:
+    """Writes inputs from outside the control plane to their input topics, each as the principal that owns
+    it: one transactional producer per principal, made when first needed (the launcher, the trace loader and
+    the demo write for several teams and the operators)."""
+
+    def __init__(self, bootstrap: str, topics: TopicNames, cells: Sequence[str], name_prefix: str = "",
+                 principal: str | Credentials | None = None) -> None:
+        self.bootstrap, self.topics, self.cells, self.name_prefix = bootstrap, topics, tuple(cells), name_prefix
+        self.principal = principal  # one fixed identity (the fleet's), else each input's owner
+        self._producers: dict[str, EventProducer] = {}
+
+    def producer(self, event: Event) -> EventProducer:
+        owner = self.principal if self.principal is not None else input_principal(self.topics, event)
+        key = owner.user if isinstance(owner, Credentials) else owner
+        if key not in self._producers:
+            self._producers[key] = EventProducer(
+                self.bootstrap, f"{self.name_prefix}gangway-launcher-{key}-{uuid.uuid4().hex}", self.topics,
+                self.cells, principal=owner, inputs=True)
+        return self._producers[key]
+
+    def write(self, events: Sequence[Event], headers: Callable[[Event], Headers | None] | None = None) -> None:
+        """One transaction per principal, in the order of each one's events."""
+        by_producer: dict[int, tuple[EventProducer, list[Event]]] = {}
+        for event in events:
+            producer = self.producer(event)
+            by_producer.setdefault(id(producer), (producer, []))[1].append(event)
+        for producer, owned in by_producer.values():
+            producer.write(owned, headers=headers)
+
+    def flush(self) -> None:
+        for producer in self._producers.values():
+            producer.flush()

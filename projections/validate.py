@@ -69,8 +69,10 @@ DECIDED_BY: dict[type, frozenset[str]] = {
 }
 #: What each kind of input topic may carry (services/intake.py takes them in and stamps `envelope.origin`).
 FROM_TEAM = (m.JobSubmitted, m.JobCancelRequested)
+#: An agent may configure a cell that nobody has configured yet (its topology levels, so that the first agents
+#: of a new cell can register); once configured, only operators reconfigure it.
 FROM_NODE = (m.NodeRegistered, m.NodeHeartbeat, m.GpuErrorReported, m.NodeHealthCheckPassed, m.WorkerStarted,
-             m.WorkerExited, m.CheckpointCompleted)
+             m.WorkerExited, m.CheckpointCompleted, m.CellConfigured)
 FROM_OPERATOR = (m.CellConfigured, m.CohortDefined, m.TeamDefined, m.QuotaSet, m.PriorityClassDefined,
                  m.NodeCordoned, m.NodeUncordoned)
 
@@ -115,6 +117,10 @@ def _provenance(state, event: m.Event) -> Refusal | None:
         job = state.jobs.get(event.job_id)
         if job is not None and job.team != event.team:
             why = f"team {event.team} may not cancel {event.job_id}, a job of team {job.team}"
+    if not why and isinstance(event, m.CellConfigured) and (origin or "").startswith("node/") and \
+            state.cluster.levels and (tuple(event.topology_levels), Limits.of(event)) != (tuple(state.cluster.levels),
+                                                                                         state.limits):
+        why = f"{origin} may not reconfigure cell {state.cell}, which is configured: operators do"
     if not why and isinstance(event, m.CheckpointCompleted) and origin is not None and origin.startswith("node/"):
         job = state.jobs.get(event.job_id)
         node = origin.removeprefix("node/")

@@ -8,13 +8,16 @@ import os
 import signal
 import sys
 
+from events import models as m
+from events.auth import FLEET
 from events.clock import VirtualClock, epoch_from_env
 from events.durations import parse_duration
 from events.log import EventProducer
 from events.reader import LogReader
 from events.topics import TopicNames, cells_from_env, topic_names, topic_prefix
+from events.tracing import Tracer
 from services.agent.failures import FailureSpec
-from services.agent.fleet import Fleet, FleetSpec
+from services.agent.fleet import Fleet, FleetSpec, trace_placement
 from services.agent.simulated import AgentTiming
 
 log = logging.getLogger("gangway.fleet")
@@ -79,10 +82,22 @@ def run_fleet(fleet: Fleet, bootstrap: str, topics: TopicNames, cells: tuple[str
     signal.signal(signal.SIGTERM, lambda *_: stopping.append(True))
     signal.signal(signal.SIGINT, lambda *_: stopping.append(True))
     # One transactional id per cell, so a restarted fleet fences the old one and aborts what it left open.
-    producers = {cell: EventProducer(bootstrap, f"{name_prefix}gangway-fleet-{cell}", topics, cells)
+    # Its nodes' facts go to their input topics, as the fleet's principal, which may write every node's.
+    # A fact about no node (the cell's first configuration) goes to the input of the cell's first node.
+    first = {}
+    for node, cell in sorted(fleet.node_cell.items()):
+        first.setdefault(cell, node)
+
+    def route(event: m.Event) -> str:
+        return topics.node_input(m.field_of(event, "node") or first[event.envelope.cell])
+
+    producers = {cell: EventProducer(bootstrap, f"{name_prefix}gangway-fleet-{cell}", topics, cells,
+                                     principal=FLEET, inputs=route)
                  for cell in fleet.cells}
     # Every start folds the cells' logs from the beginning, as a fresh projection would.
-    reader = LogReader(fleet.cells, bootstrap, all_cells=cells, topics=topics)
+    reader = LogReader(fleet.cells, bootstrap, all_cells=cells, topics=topics, principal=FLEET)
+    tracer = Tracer("fleet")
+    nodes = set(fleet.node_cell)
     try:
         for record in reader.read():  # history: folded without reacting
             if record.event is not None:
@@ -94,6 +109,7 @@ def run_fleet(fleet: Fleet, bootstrap: str, topics: TopicNames, cells: tuple[str
             for record in reader.poll(_wait_s(fleet, clock), 500):
                 if record.event is not None:
                     fleet.observe(reader.cell_of(record), record.event, record.offset)
+                    trace_placement(tracer, record, nodes)
             fleet.fire(clock.now_ms())
             _write(fleet, producers)
         _write(fleet, producers)
@@ -101,6 +117,7 @@ def run_fleet(fleet: Fleet, bootstrap: str, topics: TopicNames, cells: tuple[str
         reader.close()
         for producer in producers.values():
             producer.flush()
+        tracer.shutdown()
 
 
 def _wait_s(fleet: Fleet, clock: VirtualClock) -> float:

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import hashlib
 import time
-import uuid
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -32,9 +31,10 @@ from events.launcher.requests import (
     submission,
 )
 from events.launcher.spec import Document, Job, SpecError, load_documents, parse_document, with_paths_from
-from events.log import EventProducer
+from events.log import InputWriter
 from events.reader import LogReader, default_bootstrap
 from events.topics import TopicNames, cells_from_env, topic_names, topic_prefix
+from events.tracing import Tracer
 from projections.cluster import NODE_LEVEL
 from projections.jobs import ENDED, JobState
 from projections.read_model import Attempt, ReadModel
@@ -108,6 +108,9 @@ class NodeStatus:
     jobs: list[str]
 
 
+#: How long `wait` waits for a submission to reach the cell's log (the intake takes it in within milliseconds).
+INTAKE_WAIT_S = 30.0
+
 #: What `wait` can wait for, besides a predicate.
 UNTIL = {"ended": lambda s: s.ended, "running": lambda s: s.state == JobState.RUNNING or s.ended,
          "placed": lambda s: s.state in (JobState.PLACED, JobState.RUNNING) or s.ended}
@@ -129,7 +132,9 @@ class Client:
         self.clock = clock or VirtualClock.anchored(speedup_from_env(), epoch_from_env())
         self.model = ReadModel()
         self._reader = LogReader([self.cell], self.bootstrap, all_cells=self.cells, topics=self.topics)
-        self._producer: EventProducer | None = None
+        self._writer: InputWriter | None = None
+        self._submitted: set[str] = set()  # job ids this client wrote: the log holds them once taken in
+        self._tracer: Tracer | None = None
 
     def __enter__(self) -> Client:
         return self
@@ -139,8 +144,10 @@ class Client:
 
     def close(self) -> None:
         self._reader.close()
-        if self._producer is not None:
-            self._producer.flush()
+        if self._writer is not None:
+            self._writer.flush()
+        if self._tracer is not None:
+            self._tracer.shutdown()
 
     # --- reading ----------------------------------------------------------------------------------
 
@@ -180,7 +187,7 @@ class Client:
         Raises TimeoutError after `timeout` seconds; `on_change` sees each new state."""
         done = UNTIL[until] if isinstance(until, str) else until
         deadline = None if timeout is None else time.monotonic() + timeout
-        status = self.get(job_id)
+        status = self._taken_in(job_id, deadline)
         seen = None
         while True:
             if on_change is not None and (status.state, status.reason) != seen:
@@ -192,6 +199,21 @@ class Client:
                 raise TimeoutError(f"job {job_id} is still {status.state} ({status.reason}) after {timeout:g} s")
             self.follow(0.5)
             status = self._status(job_id, self._estimates())
+
+    def _taken_in(self, job_id: str, deadline: float | None) -> JobStatus:
+        """The job's status once the intake has taken this client's submission into the cell's log."""
+        self.refresh()
+        status = self._status(job_id, self._estimates())
+        gives_up = time.monotonic() + INTAKE_WAIT_S
+        while status is None and job_id in self._submitted:
+            now = time.monotonic()
+            if now >= gives_up or (deadline is not None and now >= deadline):
+                raise LauncherError(f"job {job_id!r} is not on cell {self.cell}'s log after {INTAKE_WAIT_S:g} s: is "
+                                    f"the intake running (`gangway run intake`)? refused inputs are in the dead-letter "
+                                    f"topic")
+            self.follow(0.5)
+            status = self._status(job_id, self._estimates())
+        return status if status is not None else self.get(job_id)
 
     def teams(self) -> list[TeamUsage]:
         self.refresh()
@@ -270,7 +292,8 @@ class Client:
         if problems:
             raise LauncherError("\n".join(problems))
         at = self.clock.now_ms()
-        self._write([cancel_request(job_id, self.cell, at, self.producer_name) for job_id in job_ids])
+        self._write([cancel_request(job_id, self.cell, at, self.producer_name, team=self.model.job(job_id).team)
+                     for job_id in job_ids])
         return list(job_ids)
 
     def apply(self, documents: Sequence[Document | str | Path]) -> list[tuple[str, str]]:
@@ -374,12 +397,18 @@ class Client:
     def _write(self, events: Sequence[m.Event]) -> None:
         if not events:
             return
-        if self._producer is None:
-            self._producer = EventProducer(self.bootstrap, f"{topic_prefix()}gangway-launcher-{uuid.uuid4().hex}",
-                                           self.topics, self.cells)
-        with self._producer.transaction():
-            for event in events:
-                self._producer.produce(event)
+        if self._writer is None:
+            self._writer = InputWriter(self.bootstrap, self.topics, self.cells, topic_prefix())
+            self._tracer = Tracer("launcher")
+        # Each submission starts its job's trace; its traceparent travels in the record's headers.
+        headers = {}
+        for event in events:
+            if isinstance(event, m.JobSubmitted):
+                self._submitted.add(event.job_id)
+                with self._tracer.span(f"submit {event.job_id}", attributes={
+                        "job": event.job_id, "team": event.team, "gpus": event.workers * event.gpus_per_worker}) as span:
+                    headers[event.envelope.event_id] = [("traceparent", span.traceparent)] if span.traceparent else None
+        self._writer.write(events, headers=lambda e: headers.get(e.envelope.event_id))
 
     def _estimates(self) -> dict[str, Estimate]:
         """Queue position and estimated start of every queued job (services/core/forecast.py), under the policy
