@@ -7,7 +7,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from events import broker_cli, load_cli, principal_cli, schemas_cli, topics_cli
+from events import broker_cli, load_cli, principal_cli, schemas_cli, topics_cli, trace_cli
 from projections import watch
 from replay import demo, rebuild, verify
 from replay.api import cli as api_cli
@@ -36,6 +36,7 @@ SUBCOMMANDS: tuple[tuple[str, str, Any], ...] = (
     ("api", "the read-model query API (HTTP JSON, OpenAPI) and the live dashboard, with its projector", api_cli),
     ("sim", "replay job traces in virtual time under a policy (or compare policies) and measure", sim_cli),
     *launcher_cli.COMMANDS,
+    ("trace", "print a job's trace: the span tree from submission through every decision to the agents", trace_cli),
     ("agent", "run a node agent: register a node, heartbeat, run its placed workers as real processes", agent_cli),
 )
 

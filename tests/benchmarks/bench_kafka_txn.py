@@ -24,6 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from confluent_kafka.admin import AdminClient  # noqa: E402
 
+from events.auth import client_config
 from events.broker import LocalKafka, find_free_base_port, quiet_logger  # noqa: E402
 from events.log import EventConsumer, EventProducer  # noqa: E402
 from events.models import Envelope, JobSubmitted  # noqa: E402
@@ -34,7 +35,7 @@ CELLS = ("cell-a",)
 
 def one_run(bootstrap: str, events: int, batch: int) -> tuple[float, float, float]:
     prefix = f"bench-{uuid.uuid4().hex[:8]}."
-    ensure_topics(AdminClient({"bootstrap.servers": bootstrap, "logger": quiet_logger()}), CELLS, 1, prefix=prefix)
+    ensure_topics(AdminClient({**client_config(bootstrap), "logger": quiet_logger()}), CELLS, 1, prefix=prefix)
     topics = topic_names(prefix)
     jobs = [JobSubmitted(envelope=Envelope(event_id=f"e{i}", cell="cell-a", at=i, producer="bench"),
                          job_id=f"job-{i}", team="nlp", workers=4, gpus_per_worker=8, gpu_type="H100")
