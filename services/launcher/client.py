@@ -108,7 +108,7 @@ class NodeStatus:
     jobs: list[str]
 
 
-#: How long `wait` waits for a submission to reach the cell's log (the intake takes it in within milliseconds).
+#: How long a write waits to see its records on the cell's log (the intake takes them in within milliseconds).
 INTAKE_WAIT_S = 30.0
 
 #: What `wait` can wait for, besides a predicate.
@@ -133,7 +133,7 @@ class Client:
         self.model = ReadModel()
         self._reader = LogReader([self.cell], self.bootstrap, all_cells=self.cells, topics=self.topics)
         self._writer: InputWriter | None = None
-        self._submitted: set[str] = set()  # job ids this client wrote: the log holds them once taken in
+        self._in_flight: set[str] = set()  # event ids this client wrote that the cell's log does not show yet
         self._tracer: Tracer | None = None
 
     def __enter__(self) -> Client:
@@ -155,14 +155,18 @@ class Client:
         """Folds what the log holds now, from where the last read stopped."""
         for record in self._reader.read():
             if record.event is not None:
-                self.model.fold(record.offset, record.event)
+                self._fold(record.offset, record.event)
         return self.model
 
     def follow(self, timeout: float) -> None:
         """Folds what arrives within `timeout` seconds (for live views)."""
         for record in self._reader.poll(timeout):
             if record.event is not None:
-                self.model.fold(record.offset, record.event)
+                self._fold(record.offset, record.event)
+
+    def _fold(self, offset: int, event: m.Event) -> None:
+        self._in_flight.discard(event.envelope.event_id)
+        self.model.fold(offset, event)
 
     def get(self, job_id: str) -> JobStatus:
         self.refresh()
@@ -187,7 +191,7 @@ class Client:
         Raises TimeoutError after `timeout` seconds; `on_change` sees each new state."""
         done = UNTIL[until] if isinstance(until, str) else until
         deadline = None if timeout is None else time.monotonic() + timeout
-        status = self._taken_in(job_id, deadline)
+        status = self.get(job_id)
         seen = None
         while True:
             if on_change is not None and (status.state, status.reason) != seen:
@@ -199,21 +203,6 @@ class Client:
                 raise TimeoutError(f"job {job_id} is still {status.state} ({status.reason}) after {timeout:g} s")
             self.follow(0.5)
             status = self._status(job_id, self._estimates())
-
-    def _taken_in(self, job_id: str, deadline: float | None) -> JobStatus:
-        """The job's status once the intake has taken this client's submission into the cell's log."""
-        self.refresh()
-        status = self._status(job_id, self._estimates())
-        gives_up = time.monotonic() + INTAKE_WAIT_S
-        while status is None and job_id in self._submitted:
-            now = time.monotonic()
-            if now >= gives_up or (deadline is not None and now >= deadline):
-                raise LauncherError(f"job {job_id!r} is not on cell {self.cell}'s log after {INTAKE_WAIT_S:g} s: is "
-                                    f"the intake running (`gangway run intake`)? refused inputs are in the dead-letter "
-                                    f"topic")
-            self.follow(0.5)
-            status = self._status(job_id, self._estimates())
-        return status if status is not None else self.get(job_id)
 
     def teams(self) -> list[TeamUsage]:
         self.refresh()
@@ -404,11 +393,25 @@ class Client:
         headers = {}
         for event in events:
             if isinstance(event, m.JobSubmitted):
-                self._submitted.add(event.job_id)
                 with self._tracer.span(f"submit {event.job_id}", attributes={
                         "job": event.job_id, "team": event.team, "gpus": event.workers * event.gpus_per_worker}) as span:
                     headers[event.envelope.event_id] = [("traceparent", span.traceparent)] if span.traceparent else None
         self._writer.write(events, headers=lambda e: headers.get(e.envelope.event_id))
+        self._await_taken_in([e.envelope.event_id for e in events])
+
+    def _await_taken_in(self, event_ids: Sequence[str]) -> None:
+        """Reads on until the intake has taken what was just written into the cell's log, so what this client
+        writes next (a job after its team's definition) and reads next already sees it."""
+        self._in_flight.update(event_ids)
+        gives_up = time.monotonic() + INTAKE_WAIT_S
+        while self._in_flight:
+            if time.monotonic() >= gives_up:
+                missing = sorted(self._in_flight)
+                self._in_flight.clear()
+                raise LauncherError(f"{len(missing)} written record(s) ({missing[0]}...) not on cell {self.cell}'s log "
+                                    f"after {INTAKE_WAIT_S:g} s: is the intake running (`gangway run intake`)? Refused "
+                                    f"inputs are in the dead-letter topic")
+            self.follow(0.2)
 
     def _estimates(self) -> dict[str, Estimate]:
         """Queue position and estimated start of every queued job (services/core/forecast.py), under the policy

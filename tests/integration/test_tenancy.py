@@ -211,7 +211,8 @@ def test_one_submission_is_one_connected_trace_across_processes(kafka_bootstrap,
             client.apply([parse_document({"kind": "Team", "metadata": {"name": "nlp"}, "spec": {"quotas": {"H100": 16}}},
                                          "team")])
             client.submit({"kind": "Job", "metadata": {"name": "traced", "team": "nlp"},
-                           "spec": {"workers": 2, "gpus_per_worker": 8, "gpu_type": "H100"}})
+                           "spec": {"workers": 2, "gpus_per_worker": 8, "gpu_type": "H100",
+                                    "command": ["true"]}})
             client.wait("traced", until="placed", timeout=60)
         # The fleet's span is written once it has seen the placement: wait for it (spans leave in batches).
         deadline, traces = time.monotonic() + 60, {}
