@@ -104,6 +104,10 @@ def run(args: argparse.Namespace) -> int:
         for label, ids in (("missing", verdict.missing), ("different", verdict.different), ("extra", verdict.extra)):
             for event_id in ids[:10]:
                 print(f"  {label}: {event_id}")
+    forged = [e for _, e in logged if isinstance(e, m.RecordRefused) and e.envelope.reason == m.Reason.NOT_ITS_WRITER]
+    if forged:  # reproduced like any refusal; still worth an operator's eye
+        print(f"{len(forged):,} records refused because their writer may not write them (NOT_ITS_WRITER), e.g. "
+              f"offset {forged[0].refused_offset}: {forged[0].detail}")
     print(f"{len(logged):,} events read; " + ("some decisions were not reproduced" if failed else "every decision reproduced"))
     return 1 if failed else 0
 
