@@ -197,7 +197,6 @@ def test_forged_records_are_dead_lettered_with_their_reason_and_never_folded(kaf
 def test_one_submission_is_one_connected_trace_across_processes(kafka_bootstrap, gangway_topics, tmp_path: Path,
                                                                 monkeypatch):
     monkeypatch.setenv("GANGWAY_TRACE_FILE", str(tmp_path / "traces.jsonl"))
-    topics = gangway_topics
     plane = ControlPlane(kafka_bootstrap, tmp_path)
     for service in ("admitter", "placer", "intake"):
         plane.start(service)
