@@ -149,6 +149,22 @@ def client_config(bootstrap: str, principal: str | Credentials | None = None, **
     return config
 
 
+def kafka_problem(error: Exception) -> str:
+    """One line for a Kafka error; a refused authorization says which identity was refused and what to do."""
+    kafka_error = error.args[0] if error.args and hasattr(error.args[0], "code") else None
+    if kafka_error is None:
+        return str(error)
+    text = kafka_error.str()
+    if kafka_error.name().endswith("AUTHORIZATION_FAILED"):
+        user = os.environ.get("GANGWAY_KAFKA_USER")
+        who = f"principal {user!r} (GANGWAY_KAFKA_USER)" if user else "this principal"
+        return (f"the broker refused {who}: {kafka_error.name()} ({text}); each principal may write only its own "
+                f"input (`gangway principal add ...` makes the one you need)")
+    if kafka_error.name() == "_AUTHENTICATION" or "SASL" in text:
+        return f"the broker refused to authenticate: {text} (check GANGWAY_KAFKA_USER / GANGWAY_KAFKA_PASSWORD)"
+    return text
+
+
 def admin_client(bootstrap: str, principal: str | Credentials | None = None):
     from confluent_kafka.admin import AdminClient
 

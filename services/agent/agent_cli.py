@@ -12,7 +12,9 @@ import sys
 import time
 from pathlib import Path
 
-from events.auth import agent_principal
+from confluent_kafka import KafkaException
+
+from events.auth import AuthError, agent_principal, kafka_problem
 from events.clock import VirtualClock, epoch_from_env, speedup_from_env
 from events.durations import parse_duration
 from events.launcher.spec import valid_name
@@ -73,7 +75,14 @@ def run(args: argparse.Namespace) -> int:
                          signal.Signals[f"SIG{args.checkpoint_signal.upper().removeprefix('SIG')}"],
                          args.stop_grace / 1000, args.heartbeat_every / 1000 / args.speedup)
     clock = VirtualClock.anchored(args.speedup, args.epoch)
-    run_agent(NodeAgent(config, cell), args.bootstrap_servers, cells, clock, args.drain_on_exit)
+    try:
+        run_agent(NodeAgent(config, cell), args.bootstrap_servers, cells, clock, args.drain_on_exit)
+    except AuthError as error:
+        print(f"gangway agent: {error}", file=sys.stderr)
+        return 1
+    except KafkaException as error:
+        print(f"gangway agent: {kafka_problem(error)}", file=sys.stderr)
+        return 1
     return 0
 
 

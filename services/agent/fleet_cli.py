@@ -8,8 +8,10 @@ import os
 import signal
 import sys
 
+from confluent_kafka import KafkaException
+
 from events import models as m
-from events.auth import FLEET
+from events.auth import FLEET, AuthError, kafka_problem
 from events.clock import VirtualClock, epoch_from_env
 from events.durations import parse_duration
 from events.log import EventProducer
@@ -68,7 +70,14 @@ def run(args: argparse.Namespace) -> int:
               file=sys.stderr)
         return 2
     clock = VirtualClock.anchored(args.speedup, args.epoch)
-    run_fleet(fleet, args.bootstrap_servers, topic_names(), cells, clock, topic_prefix())
+    try:
+        run_fleet(fleet, args.bootstrap_servers, topic_names(), cells, clock, topic_prefix())
+    except AuthError as error:
+        print(f"gangway fleet: {error}", file=sys.stderr)
+        return 1
+    except KafkaException as error:
+        print(f"gangway fleet: {kafka_problem(error)}", file=sys.stderr)
+        return 1
     return 0
 
 

@@ -59,7 +59,7 @@ def test_submissions_run_to_completion_exactly_once(kafka_bootstrap, gangway_top
         logged = read_log(kafka_bootstrap, gangway_topics, until=placed_all(first + second))
     finally:
         exits = plane.stop_all()
-    assert exits == {"admitter": 0, "placer": 0, "preemptor": 0, "recovery": 0}
+    assert exits == {"admitter": 0, "placer": 0, "preemptor": 0, "recovery": 0, "intake": 0}
     assert all(count(logged, m.JobSucceeded, j) == 1 for j in first)
     assert count(logged, m.JobPlaced, "after-0") == 1
     ids = [e.envelope.event_id for e in decisions(logged)]
