@@ -211,8 +211,7 @@ def grants(principal: str, topic_prefix: str = "", name_prefix: str = "") -> tup
         return (Grant("topic", t.node_input(""), "write", True), Grant("topic", t.node_input(""), "create", True),
                 Grant("transactional_id", f"{n}gangway-fleet-", "write", True), *reads_log)
     if principal == READER:
-        return (Grant("topic", topic_prefix + "gangway.", "read", True), Grant("group", "reader-", "read", True),
-                Grant("group", f"{n}gangway-readmodel", "read", True))
+        return (Grant("topic", topic_prefix + "gangway.", "read", True), Grant("group", "reader-", "read", True))
     if kind == "service" and name == "clock":
         return (Grant("topic", t.events, "write"),)
     if kind == "service" and name == "intake":

@@ -69,9 +69,10 @@ def letters(bootstrap: str, topics: TopicNames, expected: int, timeout: float = 
 def test_the_broker_lets_each_principal_write_only_its_own(kafka_bootstrap, gangway_topics, principals,
                                                            topic_prefix):
     topics = gangway_topics
-    who = principals(team_principal("nlp"), team_principal("vision"), agent_principal("n1"), agent_principal("n2"))
-    nlp, n1 = who["team.nlp"], who["agent.n1"]
-    for principal in who.values():  # each creates its own input topic, as the launcher and agent do
+    who = principals(team_principal("nlp"), team_principal("vision"), agent_principal("n1"), agent_principal("n2"),
+                     "reader")
+    nlp, n1, reader = who["team.nlp"], who["agent.n1"], who["reader"]
+    for principal in (p for name, p in who.items() if name != "reader"):  # each makes its own input topic
         owned = topics.team_input(principal.user[5:]) if principal.user.startswith("team.") \
             else topics.node_input(principal.user[6:])
         ensure_input_topic(kafka_bootstrap, principal, owned)
@@ -88,6 +89,9 @@ def test_the_broker_lets_each_principal_write_only_its_own(kafka_bootstrap, gang
     assert refused_write(kafka_bootstrap, n1, topics.node_input("n2")).code() == denied
     assert refused_write(kafka_bootstrap, n1, topics.events).code() == denied
     assert refused_write(kafka_bootstrap, n1, topics.heartbeats).code() == denied
+    # A reader reads and writes nothing.
+    assert refused_write(kafka_bootstrap, reader, topics.events).code() == denied
+    assert refused_write(kafka_bootstrap, reader, topics.team_input("nlp")).code() == denied
     # Nor may either make another's input topic.
     with pytest.raises(KafkaException) as made:
         ensure_input_topic(kafka_bootstrap, nlp, topics.team_input("ops"))
