@@ -13,7 +13,7 @@ from events import models as m
 from events.clock import VirtualClock, epoch_from_env
 from events.load import PRODUCER, Slice, select, submissions, team_events
 from events.log import InputWriter
-from events.reader import LogReader
+from events.reader import LogReader, await_on_log
 from events.topics import cells_from_env, topic_names, topic_prefix
 from events.traces import trace_rows
 
@@ -76,7 +76,16 @@ def run(args: argparse.Namespace) -> int:
           + (f"; left out {too_large} jobs of more than {args.max_gpus} GPUs" if too_large else ""), flush=True)
     # Each team's jobs go to its input topic as its principal, definitions to the operators' (events/auth.py).
     producer = InputWriter(args.bootstrap_servers, topic_names(), cells, topic_prefix())
-    written = play(producer, events + list(jobs), clock)
+    if events:
+        # Definitions (the operators' input) and jobs (the teams') reach the log through different input topics:
+        # the teams must be on the log before their first job is.
+        producer.write(events)
+        missing = await_on_log([e.envelope.event_id for e in events], cells, args.bootstrap_servers, cells)
+        if missing:
+            print(f"gangway load: {len(missing)} team definitions are not on the log after 30 s: is the intake "
+                  f"running (`gangway run intake`)?", file=sys.stderr)
+            return 1
+    written = len(events) + play(producer, list(jobs), clock)
     print(f"gangway load: wrote {written} events", flush=True)
     return 0 if written == len(events) + len(jobs) else 1
 

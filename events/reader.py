@@ -10,8 +10,9 @@ of committed transactions only, in offset order, each with its offset (undecodab
 from __future__ import annotations
 
 import os
+import time
 import uuid
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 
 from confluent_kafka import TopicPartition
 
@@ -98,3 +99,19 @@ def read_log(cell: str, bootstrap_servers: str | None = None, start: int = 0, to
     """One cell's committed log from `start` up to `to` or its end, as records."""
     with LogReader([cell], bootstrap_servers, start, all_cells, topics) as reader:
         return list(reader.read(to))
+
+
+def await_on_log(event_ids: Iterable[str], cells: Sequence[str], bootstrap_servers: str | None = None,
+                 all_cells: Sequence[str] | None = None, topics: TopicNames | None = None,
+                 timeout: float = 30.0) -> set[str]:
+    """Follows the cells' logs until every one of `event_ids` is on them (the intake has taken in what a writer
+    wrote to its input topics: inputs of different topics are ordered only once there); returns the ids still
+    missing when `timeout` seconds have passed (empty when all arrived)."""
+    missing = set(event_ids)
+    deadline = time.monotonic() + timeout
+    with LogReader(cells, bootstrap_servers, 0, all_cells, topics) as reader:
+        while missing and time.monotonic() < deadline:
+            for record in reader.poll(0.2):
+                if record.event is not None:
+                    missing.discard(record.event.envelope.event_id)
+    return missing

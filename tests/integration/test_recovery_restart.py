@@ -21,6 +21,7 @@ def test_a_restarted_recovery_fails_only_the_node_that_died(kafka_bootstrap, gan
     plane = ControlPlane(kafka_bootstrap, tmp_path)
     epoch = repr(time.time())
     try:
+        plane.command("intake", "run", "intake")  # takes the fleet's facts into the cell's log
         for service in ("admitter", "placer", "preemptor", "recovery"):
             plane.command(service, "run", service, "--state-dir", str(tmp_path / "main"), "--policy", POLICY, "-v")
         plane.command("clock", "run", "clock", "--tick-interval", "0.5", "--epoch", epoch)
