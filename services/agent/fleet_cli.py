@@ -92,13 +92,19 @@ def run_fleet(fleet: Fleet, bootstrap: str, topics: TopicNames, cells: tuple[str
     signal.signal(signal.SIGINT, lambda *_: stopping.append(True))
     # One transactional id per cell, so a restarted fleet fences the old one and aborts what it left open.
     # Its nodes' facts go to their input topics, as the fleet's principal, which may write every node's.
-    # A fact about no node (the cell's first configuration) goes to the input of the cell's first node.
+    # A fact about no node or job (the cell's first configuration) goes to the input of the cell's first node.
     first = {}
     for node, cell in sorted(fleet.node_cell.items()):
         first.setdefault(cell, node)
 
     def route(event: m.Event) -> str:
-        return topics.node_input(m.field_of(event, "node") or first[event.envelope.cell])
+        """A node's facts to its node's input; a checkpoint to the input of a node its job runs on."""
+        node = m.field_of(event, "node")
+        job_id = m.field_of(event, "job_id")
+        if node is None and job_id is not None:
+            job = fleet.cells[event.envelope.cell].state.jobs.get(job_id)
+            node = job.assignments[0][1] if job is not None and job.assignments else None
+        return topics.node_input(node or first[event.envelope.cell])
 
     producers = {cell: EventProducer(bootstrap, f"{name_prefix}gangway-fleet-{cell}", topics, cells,
                                      principal=FLEET, inputs=route)
