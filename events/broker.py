@@ -556,7 +556,9 @@ class LocalKafka:
         if (self.data_dir / STATE_FILE).exists():
             self._write_state()
 
-    def status(self, timeout: float = 3.0) -> ClusterStatus:
+    def status(self, timeout: float = 10.0) -> ClusterStatus:
+        """Which nodes run and which the cluster reports serving; `timeout` bounds the question to a cluster
+        whose ports are open (a SASL handshake per connection makes a loaded cluster slower to answer)."""
         nodes = tuple(NodeStatus(n.node_id, n.port, n.controller_port, self._pids.get(n.node_id), self._alive(n)) for n in self.nodes)
         answering = tuple(self._serving(timeout)) if any(n.alive for n in nodes) else ()
         return ClusterStatus(self.data_dir, self.cluster_id, self.bootstrap_servers, nodes, answering)
