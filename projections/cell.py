@@ -10,6 +10,9 @@ from projections.jobs import Job, JobState
 from projections.tenancy import Tenancy
 from projections.validate import Limits
 
+#: Finished jobs whose runtimes a cell keeps for its start-time forecast.
+RUNTIME_HISTORY = 200
+
 
 @dataclass
 class CellState:
@@ -40,11 +43,31 @@ class CellState:
     _queued_needs: dict[str, tuple[tuple, tuple]] = field(default_factory=dict, repr=False)
     last_heartbeat: dict[str, int] = field(default_factory=dict)
     reservations: dict[str, tuple[str, ...]] = field(default_factory=dict)  # queued job -> nodes draining for it
+    #: Ended jobs leave the state at the next Tick (no decision depends on them after that; the log and the read
+    #: models keep them): `ending` holds them until then, and `retired` (its order in `retired_order`) is all a
+    #: cell keeps of them, so an id is never used twice. Memory follows live work, not history.
+    ending: set[str] = field(default_factory=set)
+    retired: set[str] = field(default_factory=set)
+    retired_order: list[str] = field(default_factory=list)
+    #: (submit offset, runtime fraction) of the latest-submitted retired jobs that have one (Job.runtime_fraction),
+    #: at most RUNTIME_HISTORY: what the start-time forecast learns from once the jobs have left.
+    runtimes: list[tuple[int, float]] = field(default_factory=list)
     #: keys of the snapshot rows changed since a store last saved them (see projections/snapshot.py)
     dirty: set[str] = field(default_factory=set, compare=False, repr=False)
 
     def job(self, job_id: str) -> Job | None:
         return self.jobs.get(job_id)
+
+    def recent_runtimes(self) -> list[float]:
+        """The runtime fractions of the RUNTIME_HISTORY latest-submitted jobs that succeeded on their first
+        attempt, whether they have left the state or are about to."""
+        ending = [(j.submit_offset, f) for j in map(self.jobs.get, self.ending)
+                  if j is not None and (f := j.runtime_fraction()) is not None]
+        return [f for _, f in sorted(self.runtimes + ending)[-RUNTIME_HISTORY:]]
+
+    def knows(self, job_id: str) -> bool:
+        """Whether the id names a job, live or ended (and retired)."""
+        return job_id in self.jobs or job_id in self.retired
 
     def jobs_in(self, *states: JobState) -> list[Job]:
         return [self.jobs[j] for j in sorted(self.jobs) if self.jobs[j].state in states]

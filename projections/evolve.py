@@ -11,10 +11,11 @@ given and returns it; callers that need the old state keep a copy.
 
 from __future__ import annotations
 
+from bisect import insort
 from collections.abc import Callable
 
 from events import models as m
-from projections.cell import CellState
+from projections.cell import RUNTIME_HISTORY, CellState
 from projections.cluster import Node, domain_ids
 from projections.jobs import Checkpoint, Job, JobState
 from projections.reservations import ends_before, shadow_time
@@ -138,6 +139,29 @@ def _end(state: CellState, job: Job, final: JobState, at: int) -> None:
     _release(state, job)
     state.set_state(job, final)
     job.ended_at = at
+    state.ending.add(job.job_id)
+
+
+#: Ended jobs kept per row of the retired ids in a store.
+RETIRED_PER_ROW = 1000
+
+
+def _tick(state: CellState, e: m.Tick, offset: int) -> None:
+    """Time passes: the jobs that ended before it leave the state, their ids kept (in id order per tick)."""
+    for job_id in sorted(state.ending):
+        job = state.jobs.get(job_id)
+        if job is None or not job.ended:
+            continue  # ended and submitted again cannot happen (ids are never reused), but stay safe
+        del state.jobs[job_id]
+        fraction = job.runtime_fraction()
+        if fraction is not None:
+            insort(state.runtimes, (job.submit_offset, fraction))
+            del state.runtimes[:-RUNTIME_HISTORY]
+        state.retired.add(job_id)
+        state.retired_order.append(job_id)
+        state.dirty.add(f"job/{job_id}")
+        state.dirty.add(f"retired/{(len(state.retired_order) - 1) // RETIRED_PER_ROW:09d}")
+    state.ending.clear()
 
 
 # --- configuration ---------------------------------------------------------------------------
@@ -232,7 +256,7 @@ def _gpu_faulted(state: CellState, e: m.GpuFaulted, offset: int) -> None:
 
 
 def _job_submitted(state: CellState, e: m.JobSubmitted, offset: int) -> None:
-    if e.job_id in state.jobs:
+    if state.knows(e.job_id):
         return  # a duplicate id: the admitter rejects it, the original job is untouched
     pclass = state.tenancy.priority_classes.get(e.priority_class or "", DEFAULT_PRIORITY)
     problem = request_problem(e, state.limits)
@@ -476,6 +500,7 @@ def _job_ended(final: JobState) -> Callable[[CellState, m.Event, int], None]:
 
 
 _HANDLERS: dict[type, Callable] = {
+    m.Tick: _tick,
     m.CellConfigured: _cell_configured,
     m.CohortDefined: _cohort_defined,
     m.TeamDefined: _team_defined,

@@ -104,6 +104,14 @@ class Job:
     def ended(self) -> bool:
         return self.state in ENDED
 
+    def runtime_fraction(self) -> float | None:
+        """The share of its time limit a job that succeeded on its first attempt ran (from its first worker's
+        start to its end): what runtime forecasts learn from. None for any other job."""
+        if self.state is not JobState.SUCCEEDED or not self.time_limit_ms or self.attempt != 1 or self.ended_at is None:
+            return None
+        began = next((at for _, at, kind, _ in reversed(self.history) if kind == "WorkerStarted"), None)
+        return None if began is None else max(0, self.ended_at - began) / self.time_limit_ms
+
     def nodes(self) -> list[str]:
         return sorted({node for _, node, _ in self.assignments})
 

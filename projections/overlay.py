@@ -53,6 +53,7 @@ class Laid:
     jobs: list[tuple[str, Job]] = field(default_factory=list)
     history: tuple[str, int, int] | None = None  # (job, first note index, notes after) this decision appended
     sets_reason: bool = False  # its fold set its job's reason (and reason offset)
+    ended: str | None = None  # the job its fold ended (then waiting to leave the state at the next Tick)
     #: (node, {GPU: holder before}, whom it drained for before or _MISSING, its flags before or None)
     nodes: list[tuple[Node, dict[int, object], object, tuple | None]] = field(default_factory=list)
     usage: tuple[tuple[str, str], int, bool] | None = None  # (team and GPU type, GPUs it added, whether new)
@@ -84,7 +85,10 @@ class Overlay:
         used = state.tenancy.usage.get(key) if key is not None else None
         if job is not None:
             reason_offset, job.reason_offset = job.reason_offset, _UNSET  # to see whether the fold sets it
+        ending = job is not None and job.job_id in state.ending
         fold_assumed(state, decision)
+        if job is not None and not ending and job.job_id in state.ending:
+            entry.ended = job.job_id
         if job is not None:
             entry.sets_reason = job.reason_offset != _UNSET
             if not entry.sets_reason:
@@ -103,6 +107,8 @@ class Overlay:
         """Restores every kept row, newest first, so each row ends as it was before the first decision."""
         state = self.state
         for entry in reversed(self.laid):
+            if entry.ended is not None:
+                state.ending.discard(entry.ended)
             for name, before in reversed(entry.heartbeats):
                 _put(state.last_heartbeat, name, before)
             for job_id, before in reversed(entry.reservations):
@@ -233,7 +239,7 @@ def _put(mapping: dict, key: object, value: object) -> None:
 _RELEASES = frozenset({m.PlacementPending, m.JobPreempted, m.JobInterrupted, m.JobRejected, m.JobSucceeded,
                        m.JobFailed, m.JobCancelled})
 #: Events whose fold changes nothing a decision can see (or is not folded at all).
-_INERT = frozenset({m.Tick, m.JobCancelRequested, m.GpuErrorReported, m.NodeHealthCheckPassed, m.RequestRejected,
+_INERT = frozenset({m.JobCancelRequested, m.GpuErrorReported, m.NodeHealthCheckPassed, m.RequestRejected,
                     m.RecordRefused, m.DeadLetter})
 #: Events that change what the whole cell means: they commute with nothing.
 _GLOBAL = frozenset({m.CellConfigured, m.CohortDefined, m.TeamDefined, m.QuotaSet, m.PriorityClassDefined,
@@ -248,6 +254,8 @@ def footprint(state: CellState, event: m.Event) -> tuple[frozenset[str], frozens
     kind = type(event)
     if kind in _INERT:
         return frozenset(), frozenset()
+    if kind is m.Tick:  # the jobs that ended leave the state
+        return frozenset(), frozenset(f"job:{job_id}" for job_id in state.ending)
     if kind in _GLOBAL:
         return frozenset(), frozenset({EVERYTHING})
     reads: set[str] = set()

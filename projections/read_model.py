@@ -38,11 +38,15 @@ class ReadModel:
     addresses: dict[str, str] = field(default_factory=dict)  # node -> address
     details: dict[str, str] = field(default_factory=dict)  # job id -> detail of the latest decision about it
     policy_version: str | None = None  # the admitter's, as its latest decision records it
+    finished: dict[str, Job] = field(default_factory=dict)  # jobs that ended: the cell's state lets them go
+
 
     def fold(self, offset: int, event: m.Event) -> None:
         job_id = getattr(event, "job_id", None)
         before = self.state.jobs.get(job_id) if job_id else None
         attempt_before = before.attempt if before is not None else None
+        if isinstance(event, m.Tick):  # the jobs that ended leave the cell's state now; their readers keep them
+            self.finished.update((j, self.state.jobs[j]) for j in sorted(self.state.ending) if j in self.state.jobs)
         evolve(self.state, event, offset)
         job = self.state.jobs.get(job_id) if job_id else None
         if job is not None and event.is_decision and job.reason_offset == offset:  # a decision the fold accepted
@@ -82,7 +86,11 @@ class ReadModel:
                 run.ended_at = event.at
 
     def job(self, job_id: str) -> Job | None:
-        return self.state.jobs.get(job_id)
+        return self.state.jobs.get(job_id) or self.finished.get(job_id)
+
+    def jobs(self) -> list[Job]:
+        """Every job, live and ended."""
+        return [*self.finished.values(), *(j for j in self.state.jobs.values() if j.job_id not in self.finished)]
 
     def checkpoint_step(self, job: Job) -> int | None:
         """The step of the job's latest checkpoint, which its next attempt resumes from."""

@@ -14,6 +14,7 @@ from typing import Any
 from events.models import Reason
 from projections.cell import CellState
 from projections.cluster import Node
+from projections.evolve import RETIRED_PER_ROW
 from projections.jobs import Checkpoint, Job, JobState
 from projections.tenancy import PriorityClass, Quota, Team
 from projections.validate import Limits
@@ -34,10 +35,16 @@ def heartbeat_key(name: str) -> str:
     return f"heartbeat/{name}"
 
 
+def retired_key(row: int) -> str:
+    return f"retired/{row:09d}"
+
+
 def all_keys(state: CellState) -> list[str]:
+    rows = -(-len(state.retired_order) // RETIRED_PER_ROW)
     return ([CELL_KEY, TENANCY_KEY] + [job_key(j) for j in sorted(state.jobs)]
             + [node_key(n) for n in sorted(state.cluster.nodes)]
-            + [heartbeat_key(n) for n in sorted(state.last_heartbeat)])
+            + [heartbeat_key(n) for n in sorted(state.last_heartbeat)]
+            + [retired_key(r) for r in range(rows)])
 
 
 def rows(state: CellState, keys: Iterable[str]) -> Iterator[tuple[str, bytes | None]]:
@@ -52,7 +59,8 @@ def _row(state: CellState, key: str) -> Any:
     if key == CELL_KEY:
         return {"cell": state.cell, "offset": state.offset, "now": state.now, "clock": state.clock,
                 "limits": dataclasses.asdict(state.limits), "levels": list(state.cluster.levels),
-                "reservations": {j: list(n) for j, n in sorted(state.reservations.items())}}
+                "reservations": {j: list(n) for j, n in sorted(state.reservations.items())},
+                "ending": sorted(state.ending), "runtimes": [list(r) for r in state.runtimes]}
     if key == TENANCY_KEY:
         t = state.tenancy
         return {
@@ -70,6 +78,9 @@ def _row(state: CellState, key: str) -> Any:
         return None if node is None else _node(node)
     if kind == "heartbeat":
         return state.last_heartbeat.get(name)
+    if kind == "retired":  # the ids of ended jobs, a thousand to a row in the order they ended
+        row = int(name)
+        return state.retired_order[row * RETIRED_PER_ROW:(row + 1) * RETIRED_PER_ROW] or None
     raise KeyError(key)
 
 
@@ -115,6 +126,8 @@ def restore(stored: Mapping[str, bytes]) -> CellState:
     state.limits = Limits(**cell["limits"])
     state.cluster.levels = tuple(cell["levels"])
     state.reservations = {j: tuple(n) for j, n in cell["reservations"].items()}
+    state.ending = set(cell["ending"])
+    state.runtimes = [(offset, fraction) for offset, fraction in cell["runtimes"]]
     tenancy = json.loads(stored[TENANCY_KEY])
     t = state.tenancy
     t.teams = {name: Team(name, cohort, weight) for name, cohort, weight in tenancy["teams"]}
@@ -132,6 +145,9 @@ def restore(stored: Mapping[str, bytes]) -> CellState:
             state.set_state(job, job.state)
         elif kind == "heartbeat":
             state.last_heartbeat[name] = json.loads(stored[key])
+        elif kind == "retired":
+            state.retired_order += json.loads(stored[key])
+    state.retired = set(state.retired_order)
     state.cluster.reindex()
     return state
 

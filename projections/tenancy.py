@@ -4,10 +4,15 @@ The model is Kueue's: per team and GPU type a nominal quota, a borrowing limit a
 limit. A cohort pools what its teams may lend; a team's usage above the part of its nominal it
 keeps for itself (nominal - lending limit) draws on that pool. Nested cohorts share one pool at
 their root, so any two teams under the same root cohort lend to each other.
+
+Who lends to whom is not recorded (an admission records only how much it borrowed): borrowed GPUs are
+attributed to the pool's lenders in proportion to what each has idle to lend, largest remainders first and
+ties by name (`lenders`, `lent`). The read model, the launcher and the audit commands all count it this way.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 
@@ -142,3 +147,37 @@ class Tenancy:
             total = sum(self.quota(m, gpu_type).nominal for m in self.pool_members(team)) or 1
             share = max(share, used * 1_000_000 // (total * max(weight, 1)))
         return share
+
+    def idle_lendable(self, team: str, gpu_type: str, usage: Mapping[tuple[str, str], int] | None = None) -> int:
+        """GPUs of `team`'s lendable nominal it is not using itself."""
+        usage = self.usage if usage is None else usage
+        quota = self.quota(team, gpu_type)
+        return max(0, min(quota.lendable, quota.nominal - usage.get((team, gpu_type), 0)))
+
+    def lenders(self, team: str, gpu_type: str, amount: int,
+                usage: Mapping[tuple[str, str], int] | None = None) -> dict[str, int]:
+        """`amount` GPUs borrowed by `team`, attributed to the other teams of its pool (see the module's doc)."""
+        return split(amount, {other: self.idle_lendable(other, gpu_type, usage)
+                              for other in self.pool_members(team) if other != team})
+
+    def lent(self, gpu_type: str) -> dict[str, int]:
+        """Per team, GPUs of its nominal that borrowers of its pool use now (see the module's doc)."""
+        out: dict[str, int] = {}
+        for members in sorted({tuple(self.pool_members(name)) for name in self.teams}):
+            borrowed = sum(self.borrowed(name, gpu_type) for name in members)
+            out.update(split(borrowed, {name: self.idle_lendable(name, gpu_type) for name in members}))
+        return out
+
+
+def split(amount: int, weights: Mapping[str, int]) -> dict[str, int]:
+    """Up to `amount` whole units shared in proportion to `weights`, each at most its weight (largest remainders
+    first, ties by name); only the names that get some."""
+    total = sum(w for w in weights.values() if w > 0)
+    amount = min(amount, total)
+    if amount <= 0:
+        return {}
+    shares = {k: divmod(amount * w, total) for k, w in sorted(weights.items()) if w > 0}
+    out = {k: q for k, (q, _) in shares.items()}
+    for k in sorted(shares, key=lambda k: (-shares[k][1], k))[:amount - sum(out.values())]:
+        out[k] += 1
+    return {k: v for k, v in out.items() if v}

@@ -230,7 +230,7 @@ def _registered(state, e: m.NodeRegistered) -> Refusal | None:
 def _worker_fact(state, e: m.WorkerStarted | m.WorkerExited) -> Refusal | None:
     job = state.jobs.get(e.job_id)
     if job is None:
-        return Refusal(Reason.CONTRADICTS_STATE, f"no job {e.job_id!r}")
+        return None if e.job_id in state.retired else Refusal(Reason.CONTRADICTS_STATE, f"no job {e.job_id!r}")
     if e.attempt != job.attempt or job.state not in _RUNS:
         return None  # a report about another attempt, or a job no longer placed: stale, ignored
     where = {worker: node for worker, node, _ in job.assignments}
@@ -246,7 +246,7 @@ def _worker_fact(state, e: m.WorkerStarted | m.WorkerExited) -> Refusal | None:
 def _checkpoint(state, e: m.CheckpointCompleted) -> Refusal | None:
     job = state.jobs.get(e.job_id)
     if job is None:
-        return Refusal(Reason.CONTRADICTS_STATE, f"no job {e.job_id!r}")
+        return None if e.job_id in state.retired else Refusal(Reason.CONTRADICTS_STATE, f"no job {e.job_id!r}")
     if e.attempt == job.attempt and not job.started_workers and job.state not in (JobState.RUNNING,
                                                                                    JobState.PREEMPTING):
         return Refusal(Reason.CONTRADICTS_STATE, f"{e.job_id} attempt {e.attempt} never ran: nothing to checkpoint")

@@ -32,10 +32,14 @@ class CellView:
     state: CellState = field(default_factory=CellState)
     recent: deque = field(default_factory=lambda: deque(maxlen=10))
     decided: Counter = field(default_factory=Counter)
+    succeeded: Counter = field(default_factory=Counter)  # by team: ended jobs leave the state, the view counts them
     events: int = 0
 
     def fold(self, offset: int, event: m.Event) -> None:
+        job = self.state.jobs.get(m.field_of(event, "job_id") or "")
         evolve(self.state, event, offset)
+        if isinstance(event, m.JobSucceeded) and job is not None and job.state is JobState.SUCCEEDED:
+            self.succeeded[job.team] += 1
         self.events += 1
         if event.is_decision:
             self.decided[type(event).__name__] += 1
@@ -65,7 +69,7 @@ class CellView:
             borrowed = max(0, used - nominal)
             teams.add_row(team, str(used), str(nominal), f"[yellow]{borrowed}[/]" if borrowed else "0",
                           str(counts[JobState.QUEUED]), str(counts[JobState.RUNNING] + counts[JobState.PLACED]),
-                          str(counts[JobState.SUCCEEDED]))
+                          str(self.succeeded[team]))
         decided = Text("decisions: " + "  ".join(f"{k} {v}" for k, v in sorted(self.decided.items())))
         latest = Table(box=None, show_header=False, pad_edge=False, title="latest:", title_justify="left")
         for _ in range(4):

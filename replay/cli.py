@@ -9,8 +9,9 @@ from typing import Any
 
 from events import broker_cli, load_cli, principal_cli, schemas_cli, topics_cli, trace_cli
 from projections import watch
-from replay import demo, rebuild, verify
+from replay import demo, log_cli, rebuild, verify
 from replay.api import cli as api_cli
+from replay.audit import cli as audit_cli
 from replay.scenario import cli as scenario_cli
 from replay.sim import cli as sim_cli
 from services import run_cli
@@ -33,6 +34,8 @@ SUBCOMMANDS: tuple[tuple[str, str, Any], ...] = (
     ("load", "submit jobs from ITP / Philly traces at their (compressed) submission times", load_cli),
     ("verify", "re-run each service over a cell's log and check it reproduces every decision it wrote", verify),
     ("scenario", "run scenario files in virtual time and check their expectations", scenario_cli),
+    ("log", "export a cell's log to a portable Avro file that every audit command reads with --log", log_cli),
+    *audit_cli.COMMANDS,
     ("api", "the read-model query API (HTTP JSON, OpenAPI) and the live dashboard, with its projector", api_cli),
     ("sim", "replay job traces in virtual time under a policy (or compare policies) and measure", sim_cli),
     *launcher_cli.COMMANDS,

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 from events import models as m
 from projections.cell import CellState
+from projections.jobs import Job
 from services.admitter.decide import Admitter
 from services.core.decider import Decider
 from services.core.replica import Replica, fold, replicas
@@ -43,6 +44,14 @@ class VirtualCell:
     log: list[m.Event] = field(default_factory=list)
     observers: list[Observer] = field(default_factory=list)
     side_observers: list[SideObserver] = field(default_factory=list)  # see the heartbeats, which the log does not
+    #: Keep every job that ended (the cell's state lets them go): what scenarios and the simulator look at
+    #: afterwards. Off, the cell holds live work only.
+    keep_ended: bool = True
+    ended: dict[str, Job] = field(default_factory=dict)
+    #: Keep the log (what verify, scenarios and the simulator read). Off, `log` holds only what is being
+    #: played out and `first_offset` is the offset of its first entry: a long run's memory is its live work.
+    keep_log: bool = True
+    first_offset: int = 0
     now: int = 0
     _pending: list[tuple[int, int, m.Event]] = field(default_factory=list)
     _seq: int = 0
@@ -52,6 +61,14 @@ class VirtualCell:
     def __post_init__(self) -> None:
         self.state.cell = self.state.cell or self.cell  # a record naming another cell is refused from the start
         self.replicas = replicas(self.deciders, self.policy, self.state)
+
+    def job(self, job_id: str) -> Job | None:
+        """A job, live or (with `keep_ended`) ended."""
+        return self.state.jobs.get(job_id) or self.ended.get(job_id)
+
+    def all_jobs(self) -> dict[str, Job]:
+        """Every job the cell has seen, live and (with `keep_ended`) ended."""
+        return {**self.ended, **self.state.jobs}
 
     @property
     def heartbeats(self) -> dict[str, int]:
@@ -84,13 +101,25 @@ class VirtualCell:
         cursor = len(self.log)
         self.log.append(event)
         while cursor < len(self.log):
-            current = self.log[cursor]
-            refused = fold(self.state, current, cursor)
+            current, offset = self.log[cursor], self.first_offset + cursor
+            if self.keep_ended and isinstance(current, m.Tick):  # the jobs that ended leave the state now
+                self.ended.update((j, self.state.jobs[j]) for j in sorted(self.state.ending) if j in self.state.jobs)
+            refused = fold(self.state, current, offset)
             for replica in self.replicas:
-                self.log.extend(replica.answer(cursor, current, refused))
+                self.log.extend(replica.answer(offset, current, refused))
             for observer in self.observers:
-                observer(self, current, cursor)
+                observer(self, current, offset)
             cursor += 1
+        if not self.keep_log:
+            self.first_offset += len(self.log)
+            self.log.clear()
+
+    def append_recorded(self, event: m.Event) -> None:
+        """Appends an event of a recorded log and folds it with no replica answering: the cell as the log had
+        it (what-if takes over a cell at a cut this way)."""
+        offset = len(self.log)
+        self.log.append(event)
+        fold(self.state, event, offset)
 
     def next_scheduled_at(self) -> int | None:
         """Time of the earliest scheduled event, or None when nothing is scheduled."""

@@ -5,24 +5,48 @@ the log in order and decides on each event with its own in-flight decisions in v
 decision must come out again, equal field for field, and nothing else may. Decisions made on side input
 (recovery's failures for heartbeat silence; heartbeats are not on the main log) are taken as the facts
 the log records, at the basis it records for them.
+
+A log altered by hand shows: a decision dropped comes out again with nothing recorded (extra), a field
+changed makes the recorded decision differ from the replayed one, an input moved makes the decisions on it
+differ (each names its cause and basis), and offsets out of order are refused as they are read. The first
+divergence, by basis offset, is shown with both versions and the event it was based on.
 """
 
 from __future__ import annotations
 
 import argparse
-import os
-import sys
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from events import models as m
-from events.reader import read_log
-from events.topics import cells_from_env
+from replay.audit.policy import named
+from replay.source import AuditError, add_source_arguments, guarded, read_source
 from services.core.decider import Decider
 from services.core.replica import Replica
 from services.policies import UnknownPolicy, resolve
 from services.policy import DEFAULT_POLICY, Policy
 from services.run_cli import DECIDERS
+
+
+@dataclass(frozen=True)
+class Divergence:
+    """One decision that did not reproduce: as recorded (at its offset) and as replayed, either may be absent."""
+
+    service: str
+    kind: str  # missing, different or extra
+    event_id: str
+    basis: int
+    recorded: m.Decision | None
+    replayed: m.Decision | None
+    offset: int | None = None  # where the recorded one lies in the log
+
+    def differing_fields(self) -> list[str]:
+        if self.recorded is None or self.replayed is None:
+            return []
+        mine, theirs = self.recorded.model_dump(mode="json"), self.replayed.model_dump(mode="json")
+        out = [f"envelope.{k}" for k in mine["envelope"] if mine["envelope"][k] != theirs["envelope"][k]]
+        return out + [k for k in mine if k != "envelope" and mine[k] != theirs.get(k)]
 
 
 @dataclass
@@ -34,10 +58,15 @@ class Verdict:
     missing: list[str] = field(default_factory=list)  # recorded, but not decided again
     different: list[str] = field(default_factory=list)  # decided again with other contents
     extra: list[str] = field(default_factory=list)  # decided again, but never recorded
+    divergences: list[Divergence] = field(default_factory=list)  # all of the above, by basis offset
 
     @property
     def ok(self) -> bool:
         return not (self.missing or self.different or self.extra)
+
+    @property
+    def first(self) -> Divergence | None:
+        return self.divergences[0] if self.divergences else None
 
 
 def verify(logged: Sequence[tuple[int, m.Event]], decider: Decider, policy: Policy | None = None,
@@ -47,6 +76,7 @@ def verify(logged: Sequence[tuple[int, m.Event]], decider: Decider, policy: Poli
     be recorded. Raises UnknownPolicy for a recorded version the registry does not know."""
     verdict = Verdict(decider.name)
     recorded = {e.envelope.event_id: e for _, e in logged if e.is_decision and e.envelope.producer == decider.name}
+    where = {e.envelope.event_id: o for o, e in logged if e.is_decision and e.envelope.producer == decider.name}
     by_basis: dict[int, list[m.Decision]] = {}
     for decision in recorded.values():
         by_basis.setdefault(decision.envelope.basis_offset or 0, []).append(decision)
@@ -66,52 +96,81 @@ def verify(logged: Sequence[tuple[int, m.Event]], decider: Decider, policy: Poli
             replica.policy = resolve(version)  # the service ran under another policy from here on
         for decision in replica.consume(offset, event):
             decided[decision.envelope.event_id] = decision
+    found: list[Divergence] = []
     for event_id, decision in decided.items():
         original = recorded.get(event_id)
+        basis = decision.envelope.basis_offset or 0
         if original is None:
-            if upto is None or (decision.envelope.basis_offset or 0) <= upto:
+            if upto is None or basis <= upto:
                 verdict.extra.append(event_id)
+                found.append(Divergence(decider.name, "extra", event_id, basis, None, decision))
         elif original != decision:
             verdict.different.append(event_id)
+            found.append(Divergence(decider.name, "different", event_id, basis, original, decision, where[event_id]))
         else:
             verdict.reproduced += 1
     verdict.missing = sorted(set(recorded) - set(decided))
+    found += [Divergence(decider.name, "missing", i, recorded[i].envelope.basis_offset or 0, recorded[i], None,
+                         where[i]) for i in verdict.missing]
+    verdict.divergences = sorted(found, key=lambda d: (d.basis, d.offset if d.offset is not None else -1, d.event_id))
     return verdict
 
 
+example = "gangway verify --log tests/golden/reclaim_within_cohort.avro"
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--cell", default=None, help="default: the first of $GANGWAY_CELLS")
     parser.add_argument("--service", choices=sorted(DECIDERS), action="append",
                         help="the services to verify (repeatable; default all four)")
     parser.add_argument("--policy", default=None,
                         help="replay every decision under this policy (name or version) instead of the one it records")
-    parser.add_argument("--bootstrap-servers", default=os.environ.get("KAFKA_BOOTSTRAP_SERVERS", "127.0.0.1:9092"))
+    add_source_arguments(parser)
 
 
 def run(args: argparse.Namespace) -> int:
-    cells = cells_from_env()
-    logged = read_cell_log(args.bootstrap_servers, args.cell or cells[0], cells)
-    failed = False
+    return guarded("verify", _verify)(args)
+
+
+def _verify(args: argparse.Namespace) -> int:
+    policy = named(args.policy) if args.policy else None
+    log = read_source(args)
+    verdicts = []
     for name in args.service or sorted(DECIDERS):
         try:
-            verdict = verify(logged, DECIDERS[name](), resolve(args.policy) if args.policy else None)
+            verdict = verify(log.records, DECIDERS[name](), policy)
         except UnknownPolicy as error:
-            print(f"gangway verify: {error}", file=sys.stderr)
-            return 1
-        failed |= not verdict.ok
+            raise AuditError(f"the log records a policy this Gangway does not know: {error}") from None
+        verdicts.append(verdict)
         print(f"{name:10} reproduced {verdict.reproduced:,}; missing {len(verdict.missing)}, "
               f"different {len(verdict.different)}, extra {len(verdict.extra)}")
-        for label, ids in (("missing", verdict.missing), ("different", verdict.different), ("extra", verdict.extra)):
-            for event_id in ids[:10]:
-                print(f"  {label}: {event_id}")
-    forged = [e for _, e in logged if isinstance(e, m.RecordRefused) and e.envelope.reason == m.Reason.NOT_ITS_WRITER]
+    forged = [e for _, e in log.records
+              if isinstance(e, m.RecordRefused) and e.envelope.reason == m.Reason.NOT_ITS_WRITER]
     if forged:  # reproduced like any refusal; still worth an operator's eye
         print(f"{len(forged):,} records refused because their writer may not write them (NOT_ITS_WRITER), e.g. "
               f"offset {forged[0].refused_offset}: {forged[0].detail}")
-    print(f"{len(logged):,} events read; " + ("some decisions were not reproduced" if failed else "every decision reproduced"))
+    failed = [v for v in verdicts if not v.ok]
+    print(f"{len(log.records):,} events read from {log.origin}; "
+          + ("some decisions were not reproduced" if failed else "every decision reproduced"))
+    if failed:
+        first = min((v.first for v in failed if v.first), key=lambda d: (d.basis, d.offset or -1, d.event_id))
+        print(render_divergence(first, dict(log.records)))
     return 1 if failed else 0
 
 
-def read_cell_log(bootstrap: str, cell: str, cells: Sequence[str]) -> list[tuple[int, m.Event]]:
-    """The cell's committed log from offset 0, as (offset, event); undecodable records are left out."""
-    return [(r.offset, r.event) for r in read_log(cell, bootstrap, all_cells=cells) if r.event is not None]
+def render_divergence(d: Divergence, by_offset: dict[int, m.Event]) -> str:
+    """The first decision that did not reproduce: both versions, what differs, and the event it was based on."""
+    lines = [f"first divergence: {d.service} decision {d.event_id} ({d.kind})"]
+    cause = by_offset.get(d.basis)
+    lines.append(f"  basis: offset {d.basis}: " + (f"{cause.event_type} {cause.envelope.event_id} at "
+                                                    f"{cause.envelope.at}" if cause else "no event at that offset"))
+    where = f"at offset {d.offset}" if d.offset is not None else "not in the log"
+    lines.append(f"  recorded ({where}): " + (_fields(d.recorded) if d.recorded else "nothing"))
+    replayed = _fields(d.replayed) if d.replayed else "nothing (the replica decides no such thing)"
+    lines.append(f"  replayed: {replayed}")
+    if d.differing_fields():
+        lines.append(f"  fields that differ: {', '.join(d.differing_fields())}")
+    return "\n".join(lines)
+
+
+def _fields(decision: m.Decision) -> str:
+    return f"{decision.event_type} " + json.dumps(decision.model_dump(mode="json"), sort_keys=False)

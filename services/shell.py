@@ -48,7 +48,8 @@ from services.policy import Policy
 
 log = logging.getLogger("gangway.shell")
 
-#: While decisions are in flight, the store is saved at most this often (each save lifts them off the state).
+#: The store is saved at most this often (and when a cell is given up or the service stops): a restart re-reads
+#: what came after, silently. Each save lifts the decisions in flight off the state and costs a write batch.
 SAVE_EVERY_S = 2.0
 #: How many jobs' trace contexts a shell remembers (the oldest are forgotten first).
 TRACED_JOBS = 100_000
@@ -79,6 +80,8 @@ class CellRuntime:
     replay_until: int = 0  # events below this offset were decided before: their output is in the log
     heartbeat_offset: int = OFFSET_BEGINNING  # next side-topic record to read
     saved_at: float = 0.0  # when the store was last saved (monotonic seconds)
+    unsaved: bool = False  # records folded since then
+    written_to: int = 0  # offset after the last batch whose decisions were committed
 
 
 class ServiceShell:
@@ -126,6 +129,7 @@ class ServiceShell:
         for p in partitions:
             runtime = self.runtimes.pop(p.partition, None) if p.topic == self.topics.events else None
             if runtime is not None:
+                self._save(runtime)
                 runtime.store.close()
                 log.info("%s gave up %s", self.decider.name, runtime.cell)
 
@@ -173,6 +177,7 @@ class ServiceShell:
         finally:
             self.consumer.close()
             for runtime in self.runtimes.values():
+                self._save(runtime)
                 runtime.store.close()
             self.tracer.shutdown()
             log.info("%s timings: %s", self.decider.name, self.timings.summary())
@@ -207,14 +212,29 @@ class ServiceShell:
                 log.warning("%s: %s batch not committed (%s); reading it again", self.decider.name, runtime.cell,
                             error)
                 self._reopen(runtime)
+        for runtime in self.runtimes.values():
+            if time.monotonic() - runtime.saved_at >= SAVE_EVERY_S:
+                clock = time.perf_counter()
+                self._save(runtime)
+                self._lap("store", clock)
         return len(records)
+
+    def _save(self, runtime: CellRuntime) -> None:
+        """The state as the log folded in order (decisions in flight lifted off), its offset and the extras, in
+        one write batch."""
+        if not runtime.unsaved:
+            return
+        runtime.replica.settle()
+        runtime.store.save(runtime.replica.state, extra=self._extra(runtime))
+        runtime.saved_at, runtime.unsaved = time.monotonic(), False
 
     def _reopen(self, runtime: CellRuntime) -> None:
         """Back to what the store holds (the last committed batch), and the consumer back to just after it."""
         runtime.store.close()
         del self.runtimes[runtime.partition]
         fresh = self._open(runtime.partition)
-        fresh.replay_until = runtime.replay_until
+        # What was committed since the store was saved is in the log: read again, it is folded, not re-decided.
+        fresh.replay_until = max(runtime.replay_until, runtime.written_to)
         self.consumer.seek_to(runtime.partition, fresh.replica.offset + 1)
         if self.decider.side_input:
             self.consumer.seek_to(runtime.partition, fresh.heartbeat_offset, self.topics.heartbeats)
@@ -262,18 +282,14 @@ class ServiceShell:
             runtime.producer.write(output, letters=letters, consumer=self.consumer, consumed=consumed,
                                    give_up_after_s=10.0, recover_fenced=False,
                                    headers=lambda d: headers.get(d.envelope.event_id))
+            if records:
+                runtime.written_to = max(runtime.written_to, records[-1].offset + 1)
         elif consumed:
             # Nothing to write: no transaction needed. The projection below is what a restart resumes
             # from, so the group's offsets only need to follow now and then (for lag, and hand-over).
             self.consumer.commit_later(consumed)
-        clock = self._lap("commit", clock)
-        if not replica.assumed or time.monotonic() - runtime.saved_at >= SAVE_EVERY_S:
-            # The store holds the log folded in order, so its decisions in flight come off first; while many are
-            # in flight (a burst) it is saved now and then only: a restart re-reads what came after, silently.
-            replica.settle()
-            runtime.store.save(replica.state, extra=self._extra(runtime))
-            runtime.saved_at = time.monotonic()
-        self._lap("store", clock)
+        self._lap("commit", clock)
+        runtime.unsaved = runtime.unsaved or bool(consumed)
 
     def _remember_trace(self, record: LogRecord) -> None:
         """The latest traceparent seen on a record about a job: later decisions about it join that trace."""

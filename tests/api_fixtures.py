@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from events import models as m
+from projections.read_model import ReadModel
 from projections.readmodel.projector import Projector
 from projections.readmodel.store import ReadModelStore
 from replay.api.auth import Tokens
@@ -40,3 +41,11 @@ def projector_over(path: Path, log: list[m.Event], batch: int = 25) -> Projector
     for i in range(0, len(records), batch):
         projector.fold(CELL, records[i:i + batch])
     return projector
+
+
+def every_job(log) -> list:
+    """Every job the log made, live and ended (the cell's state lets ended jobs go; a read model keeps them)."""
+    model = ReadModel()
+    for offset, event in enumerate(log):
+        model.fold(offset, event)
+    return model.jobs()

@@ -164,7 +164,7 @@ def tenancy_document(state: CellState) -> dict[str, Any]:
     """Teams with nominal, used, borrowed, lent and weighted share per GPU type, and the cohort tree."""
     t = state.tenancy
     gpu_types = sorted({k[1] for k in t.quotas} | {k[1] for k in t.usage})
-    lent = {gpu_type: _lent(state, gpu_type) for gpu_type in gpu_types}
+    lent = {gpu_type: state.tenancy.lent(gpu_type) for gpu_type in gpu_types}
     teams = []
     for name in sorted(set(t.teams) | {k[0] for k in t.quotas} | {k[0] for k in t.usage}):
         spec = t.teams.get(name)
@@ -183,28 +183,6 @@ def tenancy_document(state: CellState) -> dict[str, Any]:
         teams.append({"team": name, "cohort": spec.cohort if spec else None, "weight": weight / 1000,
                       "quotas": quotas})
     return {"teams": teams, "cohorts": cohort_tree(state)}
-
-
-def _lent(state: CellState, gpu_type: str) -> dict[str, int]:
-    """Per team, how much of its unused lendable quota borrowers of its pool are using now: the pool's borrowed
-    GPUs shared among its lenders in proportion to what each leaves unused (largest remainders first)."""
-    t = state.tenancy
-    out: dict[str, int] = {}
-    pools = {tuple(t.pool_members(name)) for name in sorted(t.teams)}
-    for members in sorted(pools):
-        borrowed = sum(t.borrowed(name, gpu_type) for name in members)
-        unused = {name: max(0, min(t.quota(name, gpu_type).lendable, t.quota(name, gpu_type).nominal
-                                   - t.used(name, gpu_type))) for name in members}
-        total = sum(unused.values())
-        if not borrowed or not total:
-            continue
-        borrowed = min(borrowed, total)
-        shares = {name: borrowed * unused[name] // total for name in members}
-        rest = borrowed - sum(shares.values())
-        for name in sorted(members, key=lambda n: (-(borrowed * unused[n] % total), n))[:rest]:
-            shares[name] += 1
-        out.update({name: share for name, share in shares.items() if share})
-    return out
 
 
 def cohort_tree(state: CellState) -> list[dict[str, Any]]:

@@ -17,7 +17,7 @@ from typing import Any
 from events import models as m
 from projections.cell import CellState
 from projections.evolve import evolve
-from projections.jobs import JobState
+from projections.jobs import Job, JobState
 from projections.readmodel.documents import (
     GPU_STATES,
     cell_prefix,
@@ -79,12 +79,15 @@ class CellFold:
             state.cell = self.cell
         events: dict[int, m.Event] = {}
         hours_touched: set[int] = set()
+        leaving: dict[str, Job] = {}  # jobs that ended leave the state at a Tick: their last rows are still due
         for offset, event in records:
             if offset <= state.offset:
                 continue  # re-delivered
             if event is None:
                 state.offset = offset
                 continue
+            if isinstance(event, m.Tick):
+                leaving.update((j, state.jobs[j]) for j in sorted(state.ending) if j in state.jobs)
             evolve(state, event, offset)
             events[offset] = event
             self._count(event, offset, hours_touched)
@@ -93,7 +96,7 @@ class CellFold:
         dirty = set(state.dirty)
         state.dirty.clear()
         self._write_state(changes, dirty)
-        self._write_jobs(changes, dirty, events)
+        self._write_jobs(changes, dirty, events, leaving)
         self._write_nodes(changes, {key[5:] for key in dirty if key.startswith("node/")})
         p = self.prefix
         for item in changes.stream:
@@ -114,12 +117,13 @@ class CellFold:
         for key, value in rows(self.state, keys):
             changes.rows[f"{self.prefix}s/{key}"] = value
 
-    def _write_jobs(self, changes: Changes, dirty: set[str], events: Mapping[int, m.Event]) -> None:
+    def _write_jobs(self, changes: Changes, dirty: set[str], events: Mapping[int, m.Event],
+                    leaving: Mapping[str, Job]) -> None:
         p = self.prefix
         for key in sorted(dirty):
             if not key.startswith("job/"):
                 continue
-            job = self.state.jobs.get(key[4:])
+            job = self.state.jobs.get(key[4:]) or leaving.get(key[4:])
             if job is None:
                 continue
             before = self.jobs.get(job.job_id)

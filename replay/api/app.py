@@ -68,7 +68,8 @@ class ForecastCache:
 def estimate_body(estimate: Estimate) -> dict[str, Any]:
     return {"team_position": estimate.team_position, "team_waiting": estimate.team_waiting,
             "cell_position": estimate.cell_position, "cell_waiting": estimate.cell_waiting,
-            "estimated_start": estimate.start, "basis": estimate.basis.value, "detail": estimate.detail,
+            "estimated_start": estimate.start, "earliest_start": estimate.earliest,
+            "latest_start": estimate.latest, "basis": estimate.basis.value, "detail": estimate.detail,
             "waits_for": list(estimate.waits_for)}
 
 

@@ -152,6 +152,9 @@ class Estimate(BaseModel):
     cell_position: int
     cell_waiting: int
     estimated_start: int | None = Field(description="event time (ms), null when it cannot be estimated")
+    earliest_start: int | None = Field(default=None, description="the interval the start should lie in: its start if "
+                                                                 "work ends early (event time, ms)")
+    latest_start: int | None = Field(default=None, description="... and if work runs to its time limits")
     basis: str = Field(description="now, time_limits, reservation, backoff, unknown_end, behind_unknown, too_large, "
                                    "beyond_horizon")
     detail: str

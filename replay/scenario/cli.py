@@ -1,8 +1,9 @@
-"""`gangway scenario run FILE... [--quiet]`: plays scenario files through all four deciders.
+"""`gangway scenario run FILE... [--quiet] [--export-log OUT]`: plays scenario files through all four deciders.
 
 Every event and decision is printed to stdout as one JSON line (offset, time, type, reason and
-the event's fields); a summary per file and each unmet expectation go to stderr. Exit status:
-0 when every expectation holds, 1 when one does not, 2 when a file is not a valid scenario.
+the event's fields); a summary per file and each unmet expectation go to stderr. `--export-log` writes
+the scenario's log as an exported cell log (events/logfile.py), for the audit commands' `--log`. Exit
+status: 0 when every expectation holds, 1 when one does not, 2 when a file is not a valid scenario.
 """
 
 from __future__ import annotations
@@ -10,8 +11,10 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from pathlib import Path
 
 from events import models as m
+from events.logfile import write_log_file
 from replay.scenario.play import Outcome, ScenarioError, run_file
 
 
@@ -20,6 +23,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     run_parser = sub.add_parser("run", help="run scenario files and check their expectations")
     run_parser.add_argument("files", nargs="+", metavar="FILE", help="scenario YAML files (docs/scenarios.md)")
     run_parser.add_argument("--quiet", action="store_true", help="print only a summary per file")
+    run_parser.add_argument("--export-log", type=Path, metavar="OUT",
+                            help="write the scenario's log to OUT (one scenario file), for `gangway explain --log OUT`")
+    run_parser.epilog = "example: gangway scenario run tests/scenarios/reclaim_within_cohort.yaml --export-log reclaim.avro"
 
 
 def event_line(scenario: str, offset: int, event: m.Event) -> str:
@@ -30,6 +36,9 @@ def event_line(scenario: str, offset: int, event: m.Event) -> str:
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.export_log is not None and len(args.files) != 1:
+        print("gangway scenario run: --export-log takes the log of one scenario file", file=sys.stderr)
+        return 2
     status = 0
     for path in args.files:
         try:
@@ -42,6 +51,10 @@ def run(args: argparse.Namespace) -> int:
             for offset, event in enumerate(outcome.cell.log):
                 print(event_line(outcome.scenario.name, offset, event))
         _summarise(outcome)
+        if args.export_log is not None:
+            written = write_log_file(args.export_log, outcome.cell.cell, enumerate(outcome.cell.log),
+                                     source=f"scenario {outcome.source}")
+            print(f"wrote {written:,} records of cell {outcome.cell.cell} to {args.export_log}", file=sys.stderr)
         if outcome.unmet:
             status = max(status, 1)
     return status

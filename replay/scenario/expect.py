@@ -27,7 +27,7 @@ def check(expect: Expect, cell: VirtualCell) -> Result:
 
 
 def _job(expect: Expect, cell: VirtualCell):
-    return cell.state.jobs.get(expect.job)
+    return cell.job(expect.job)
 
 
 def _state(expect: Expect, cell: VirtualCell) -> tuple[bool, str]:

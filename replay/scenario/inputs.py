@@ -34,7 +34,7 @@ def _cancel(item: Input, scenario: Scenario, cell: VirtualCell, agents: Simulate
 
 def _checkpoint(item: Input, scenario: Scenario, cell: VirtualCell, agents: SimulatedAgents) -> None:
     spec = item.checkpoint_completed
-    job = cell.state.jobs.get(spec.job)
+    job = cell.job(spec.job)
     attempt = job.attempt if job else 1
     progress = spec.progress if spec.progress is not None else agents.progress(spec.job, attempt, item.at) or 0
     node = job.assignments[0][1] if job and job.assignments else "-"
@@ -48,7 +48,7 @@ def _worker_exited(item: Input, scenario: Scenario, cell: VirtualCell, agents: S
     if spec.on_finish:
         agents.fail_exit[spec.job] = (spec.worker, spec.code)
         return
-    job = cell.state.jobs.get(spec.job)
+    job = cell.job(spec.job)
     node = next((n for w, n, _ in job.assignments if w == spec.worker), "-") if job else "-"
     cell.schedule(m.WorkerExited(envelope=cell.envelope(item.at, f"agent/{node}", spec.job), job_id=spec.job,
                                  attempt=job.attempt if job else 1, worker=spec.worker, node=node,

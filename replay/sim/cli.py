@@ -17,6 +17,7 @@ import sys
 import time
 from pathlib import Path
 
+from events.logfile import write_log_file
 from replay.sim import report
 from replay.sim.progress import ProgressBar
 from replay.sim.run import run as run_policy
@@ -64,6 +65,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     out.add_argument("--report", type=Path, metavar="DIR", help="write a Markdown report and PNG plots here")
     out.add_argument("--limit", type=int, metavar="N", help="only the first N jobs (in submission order)")
     out.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+    out.add_argument("--export-log", type=Path, metavar="OUT",
+                     help="write the shared cell's log to OUT (mode run), for the audit commands' --log")
+    out.add_argument("--estimates", action="store_true",
+                     help="record each waiting job's estimated start as its queue position changes and score it "
+                          "against its real start (slower; the result JSON gains `estimates`)")
 
 
 def config_from(args: argparse.Namespace) -> SimConfig:
@@ -76,6 +82,7 @@ def config_from(args: argparse.Namespace) -> SimConfig:
         repair_s=round(args.repair_h * 3600), max_restarts=args.max_restarts,
         time_limit_factor=args.time_limit_factor or None,
         borrowing_limit=args.borrowing_limit, lending_limit=args.lending_limit, private=not args.no_private,
+        estimates=args.estimates,
     )
 
 
@@ -109,7 +116,12 @@ def run(args: argparse.Namespace) -> int:
                 private_bars[-2].close()
             return private_bars[-1]
 
-        result, outcome = run_policy(workload, name, config, bar, private_bar)
+        logged: list = []
+        keeping = args.export_log and args.mode == "run"
+        keep = [lambda cell, event, offset: logged.append((offset, event))] if keeping else []
+        result, outcome = run_policy(workload, name, config, bar, private_bar, keep)
+        if args.export_log and args.mode == "run":
+            write_log_file(args.export_log, "sim", logged, source=f"gangway sim {name} {' '.join(workload.traces)}")
         wall = time.perf_counter() - wall
         for b in ([bar] if bar else []) + private_bars[-1:]:
             b.close()
@@ -119,6 +131,8 @@ def run(args: argparse.Namespace) -> int:
             line += (f"; private cells {outcome.private_events:,} events in {outcome.private_wall_s:.1f} s "
                      f"({outcome.private_events / outcome.private_wall_s:,.0f} events/s)")
         print(line + f"; {wall:.1f} s in all", file=sys.stderr)
+        if "estimates" in result:
+            print(report.estimates_line(result), file=sys.stderr)
         results.append(result)
     document = results[0] if args.mode == "run" else {"compare": results}
     if args.json:

@@ -4,20 +4,29 @@ and the metrics of the result JSON computed from it; the fields are listed in re
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Protocol
 
 from events import models as m
 from projections.cluster import CELL
 from projections.jobs import JobState
 from replay.runner import VirtualCell
 from replay.sim.workload import HOUR_MS, Workload
-from services.agent.simulated import SimulatedAgents
+
+
+class Work(Protocol):
+    """What a meter asks about the training itself: how much an attempt had done, and how long each job needs
+    (the simulated agents know it; a recorded log tells it, replay/audit/whatif.py)."""
+
+    durations: Mapping[str, int]
+
+    def progress(self, job_id: str, attempt: int, at: int) -> int | None: ...
 
 
 class Meter:
     """Observer that integrates GPU-time and follows every job while the log plays."""
 
-    def __init__(self, agents: SimulatedAgents, gpu_types: Sequence[str], sample_ms: int = HOUR_MS) -> None:
+    def __init__(self, agents: Work, gpu_types: Sequence[str], sample_ms: int = HOUR_MS) -> None:
         self.agents = agents
         self.gpu_types = tuple(gpu_types)
         self.t: int | None = None
@@ -123,7 +132,7 @@ _JOB_EVENTS = frozenset({m.JobSubmitted, m.JobAdmitted, m.JobPlaced, m.Placement
                          m.JobInterrupted, *_ENDINGS})
 
 
-def _percentile(values: Sequence[float], p: float) -> float:
+def percentile(values: Sequence[float], p: float) -> float:
     """Nearest-rank percentile of sorted values (0 for none)."""
     if not values:
         return 0.0
@@ -135,7 +144,7 @@ def _r(x: float, digits: int = 1) -> float:
     return round(x, digits)
 
 
-def _metrics(cell: VirtualCell, workload: Workload, meter: Meter, start: int) -> tuple[dict, dict]:
+def summarize(cell: VirtualCell, workload: Workload, meter: Meter, start: int) -> tuple[dict, dict]:
     state = cell.state
     per_job: dict[str, tuple[str, float | None, float | None]] = {}
     jct: list[int] = []
@@ -145,8 +154,9 @@ def _metrics(cell: VirtualCell, workload: Workload, meter: Meter, start: int) ->
     counts = {"succeeded": 0, "failed": 0, "rejected": 0, "cancelled": 0, "unfinished": 0}
     last_end = start
     durations = meter.agents.durations
-    for job_id in sorted(state.jobs):
-        job = state.jobs[job_id]
+    jobs = cell.all_jobs()
+    for job_id in sorted(jobs):
+        job = jobs[job_id]
         team = per_team[job.team]
         team["jobs"] += 1
         if job.state is JobState.SUCCEEDED:
@@ -177,14 +187,14 @@ def _metrics(cell: VirtualCell, workload: Workload, meter: Meter, start: int) ->
 def _metric_dict(state, counts, jct, queue, last_end, start, meter, useful, per_team, workload) -> dict:
     n = len(jct) or 1
     return {
-        "jobs": len(state.jobs),
+        "jobs": sum(counts.values()),
         **counts,
         "avg_jct_s": _r(sum(jct) / n / 1000),
-        "p50_jct_s": _r(_percentile(jct, 50) / 1000),
-        "p99_jct_s": _r(_percentile(jct, 99) / 1000),
+        "p50_jct_s": _r(percentile(jct, 50) / 1000),
+        "p99_jct_s": _r(percentile(jct, 99) / 1000),
         "avg_queue_s": _r(sum(queue) / n / 1000),
-        "p50_queue_s": _r(_percentile(queue, 50) / 1000),
-        "p99_queue_s": _r(_percentile(queue, 99) / 1000),
+        "p50_queue_s": _r(percentile(queue, 50) / 1000),
+        "p99_queue_s": _r(percentile(queue, 99) / 1000),
         "makespan_s": _r((last_end - start) / 1000),
         "utilization": _r(meter.busy_allocated / meter.busy_capacity, 4) if meter.busy_capacity else 0.0,
         "idle_while_waiting": _r(meter.wait_idle / meter.wait_capacity, 4) if meter.wait_capacity else 0.0,

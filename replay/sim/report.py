@@ -162,3 +162,19 @@ def _save(fig, path: Path) -> Path:
 
     plt.close(fig)
     return path
+
+
+def estimates_line(result: dict) -> str:
+    """How the estimated starts fared, in one line."""
+    e = result["estimates"]
+    a, s = e["all"], e["at_submission_waited"]
+    return (f"gangway sim: estimated starts ({e['policy']}): {a['estimates']:,} estimates, "
+            f"{_pct(a['inside_share'])} inside their interval ({_pct(a['early_share'])} early, "
+            f"{_pct(a['late_share'])} late, {_pct(a['unknown_share'])} unknown), "
+            f"median error {a['median_abs_error_s']} s, "
+            f"median interval {a['median_interval_s']} s; at submission of jobs that waited: {s['estimates']:,}, "
+            f"{_pct(s['inside_share'])} inside, median error {s['median_abs_error_s']} s")
+
+
+def _pct(share: float | None) -> str:
+    return "-" if share is None else f"{share:.1%}"

@@ -30,20 +30,24 @@ Metrics (all times in seconds, GPU-time integrated piecewise between events):
 - `per_team`: per team `jobs`, `nominal_gpus`, `avg_queue_s`, `avg_jct_s` and
   `private_avg_queue_s`, the same team alone on a private cell of its nominal quota under the
   same policy (null when private runs are off), and `queue_vs_private` (shared / private).
+
+With `estimates` on, the result also holds `estimates`: how the queue's estimated starts fared against the
+real starts (replay/sim/estimates.py).
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from events import models as m
 from events.submission import job_submitted
 from projections.jobs import JobState
-from replay.runner import VirtualCell
-from replay.sim.metrics import Meter, _metrics, _percentile, _r
+from replay.runner import Observer, VirtualCell
+from replay.sim.estimates import EstimateRecorder
+from replay.sim.metrics import Meter, _r, percentile, summarize
 from replay.sim.workload import COHORT, HOUR_MS, SimConfig, Workload, gpu_failures, private_workload
 from services.agent.simulated import AgentTiming, SimulatedAgents
 from services.policies import CATALOGUE
@@ -62,6 +66,7 @@ class RunOutcome:
     per_job: dict[str, tuple[str, float | None, float | None]] = field(default_factory=dict)  # id -> (state, queue s, JCT s)
     private_events: int = 0  # the private-cluster runs, when there are any
     private_wall_s: float = 0.0
+    estimates: dict | None = None  # how the estimated starts fared, when they were recorded
 
 
 # --- running --------------------------------------------------------------------------------------
@@ -70,8 +75,10 @@ class RunOutcome:
 Progress = Callable[[int, int, int, int], None]  # (jobs ended, jobs, virtual ms, events)
 
 
-def simulate(workload: Workload, policy: Policy, config: SimConfig, progress: Progress | None = None) -> RunOutcome:
-    """Plays the workload through the deciders under `policy` and returns its measures."""
+def simulate(workload: Workload, policy: Policy, config: SimConfig, progress: Progress | None = None,
+             observers: Sequence[Observer] = ()) -> RunOutcome:
+    """Plays the workload through the deciders under `policy` and returns its measures; `observers` see every
+    event of the log as it is folded (to keep the log, say)."""
     wall0 = time.perf_counter()
     cell = VirtualCell(cell="sim", policy=policy, tick_ms=config.tick_s * 1000)
     timing = AgentTiming(start_delay_ms=config.start_delay_s * 1000,
@@ -83,6 +90,10 @@ def simulate(workload: Workload, policy: Policy, config: SimConfig, progress: Pr
     meter = Meter(agents, sorted(workload.capacity()))
     cell.observers.extend([agents, meter])
     cell.side_observers.append(agents.heard)
+    cell.observers.extend(observers)
+    recorder = EstimateRecorder(policy) if config.estimates else None
+    if recorder is not None:
+        cell.observers.append(recorder)
     start = min(j.submit_ms for j in workload.jobs)
     _configure(cell, workload, config, start)
     for j in workload.jobs:
@@ -95,12 +106,13 @@ def simulate(workload: Workload, policy: Policy, config: SimConfig, progress: Pr
         cell.schedule(m.GpuErrorReported(envelope=cell.envelope(at, f"agent/{node}"), node=node, gpu=gpu, xid=xid,
                                          message="simulated hardware failure"))
     _play(cell, meter, len(workload.jobs), progress)
-    metrics, per_job = _metrics(cell, workload, meter, start)
+    metrics, per_job = summarize(cell, workload, meter, start)
     series = {"sample_s": meter.sample_ms // 1000, "start_s": start // 1000,
               "gpus_in_use": [a for _, a, _ in meter.samples], "jobs_waiting": [w for _, _, w in meter.samples]}
-    jct = sorted((j.ended_at - j.submitted_at) / 1000 for j in cell.state.jobs.values()
+    jct = sorted((j.ended_at - j.submitted_at) / 1000 for j in cell.all_jobs().values()
                  if j.state is JobState.SUCCEEDED)
-    return RunOutcome(metrics, series, jct, len(cell.log), time.perf_counter() - wall0, per_job)
+    return RunOutcome(metrics, series, jct, len(cell.log), time.perf_counter() - wall0, per_job,
+                      estimates=recorder.summary() if recorder is not None else None)
 
 
 def _configure(cell: VirtualCell, workload: Workload, config: SimConfig, start: int) -> None:
@@ -165,10 +177,12 @@ def _time_limit(duration_ms: int, config: SimConfig) -> int | None:
 
 
 def run(workload: Workload, policy_name: str, config: SimConfig, progress: Progress | None = None,
-        private_progress: Callable[[str], Progress | None] | None = None) -> tuple[dict, RunOutcome]:
-    """Simulates one policy on the shared cell (and each team on its private cell) -> (result JSON, outcome)."""
+        private_progress: Callable[[str], Progress | None] | None = None,
+        observers: Sequence[Observer] = ()) -> tuple[dict, RunOutcome]:
+    """Simulates one policy on the shared cell (and each team on its private cell) -> (result JSON, outcome);
+    `observers` see the shared cell's log."""
     policy = CATALOGUE[policy_name]
-    outcome = simulate(workload, policy, config, progress)
+    outcome = simulate(workload, policy, config, progress, observers)
     metrics = outcome.metrics
     if config.private and len(workload.teams) > 1:
         for team in workload.teams:
@@ -200,8 +214,10 @@ def run(workload: Workload, policy_name: str, config: SimConfig, progress: Progr
         "metrics": metrics,
         "events": outcome.events,
         "series": outcome.series,
-        "jct_percentiles_s": [_r(_percentile(outcome.jct_s, p)) for p in range(0, 101)],
+        "jct_percentiles_s": [_r(percentile(outcome.jct_s, p)) for p in range(0, 101)],
     }
+    if outcome.estimates is not None:
+        result["estimates"] = outcome.estimates
     return result, outcome
 
 

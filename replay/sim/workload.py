@@ -43,6 +43,7 @@ class SimConfig:
     borrowing_limit: float | None = None  # fraction of a team's nominal; None: unlimited
     lending_limit: float | None = None  # fraction of a team's nominal; None: all of it
     private: bool = True  # also run each team alone on a private cell of its nominal quota
+    estimates: bool = False  # record every waiting job's estimated start and score it (replay/sim/estimates.py)
 
 
 @dataclass(frozen=True)

@@ -103,7 +103,10 @@ _QUOTA_WHY = {
 def cancel(state: CellState, event: m.JobCancelRequested, ctx: Context) -> m.Decision:
     job = state.jobs.get(event.job_id)
     if job is None or job.ended:
-        why = "no such job" if job is None else f"job already {job.state.value}"
+        if job is not None:
+            why = f"job already {job.state.value}"
+        else:
+            why = "job already ended" if event.job_id in state.retired else "no such job"
         return m.RequestRejected(envelope=ctx.envelope(Reason.UNKNOWN_JOB, event.job_id),
                                  request_event_id=event.envelope.event_id, request_type="JobCancelRequested",
                                  detail=f"cannot cancel {event.job_id}: {why}")
@@ -133,6 +136,8 @@ def validate(state: CellState, e: m.JobSubmitted, ctx: Context) -> m.JobRejected
 
 def _problem(state: CellState, e: m.JobSubmitted, offset: int) -> tuple[Reason, str] | None:
     job = state.jobs.get(e.job_id)
+    if job is None and e.job_id in state.retired:
+        return Reason.DUPLICATE_JOB, f"job id {e.job_id} was used by a job that has ended; ids are never reused"
     if job is None or job.submit_offset != offset:
         changes = "; ".join(resubmission_changes(state, job, e)) if job is not None else ""
         return Reason.DUPLICATE_JOB, f"job id {e.job_id} is already in use by another spec ({changes})"

@@ -22,7 +22,8 @@ from services.launcher.output import FORMATS, age, console, emit, table_of
 
 JOB_COLUMNS = (("JOB", lambda j: j.job_id), ("TEAM", lambda j: j.team), ("STATE", lambda j: j.state),
                ("GPUS", lambda j: j.gpus), ("SHAPE", lambda j: j.shape), ("REASON", lambda j: j.reason),
-               ("QUEUE", lambda j: j.queue_position), ("AGE", lambda j: age(j.age_s)))
+               ("QUEUE", lambda j: j.queue_position), ("START", lambda j: _in(j, j.estimated_start)),
+               ("AGE", lambda j: age(j.age_s)))
 TEAM_COLUMNS = (("TEAM", lambda t: t.team), ("COHORT", lambda t: t.cohort), ("GPU TYPE", lambda t: t.gpu_type),
                 ("NOMINAL", lambda t: t.nominal), ("USED", lambda t: t.used), ("BORROWED", lambda t: t.borrowed),
                 ("LENT", lambda t: t.lent), ("QUEUED", lambda t: t.queued), ("RUNNING", lambda t: t.running))
@@ -169,6 +170,13 @@ def _job(args: argparse.Namespace) -> int:
     return 0
 
 
+def _in(s: JobStatus, at: int | None) -> str | None:
+    """An event time as how long from now (the status's own clock): 'in 2h5m'; None without one."""
+    if at is None:
+        return None
+    return f"in {age(max(0, at - (s.submitted_at + s.age_s * 1000)) / 1000)}"
+
+
 def _describe(s: JobStatus) -> None:
     out = console()
     spec = s.spec
@@ -176,8 +184,9 @@ def _describe(s: JobStatus) -> None:
               f"restarts {s.restarts}")
     out.print(f"state      {s.state} ({s.reason}){'  ' + s.detail if s.detail else ''}")
     if s.queue_position:
-        now = s.submitted_at + s.age_s * 1000
-        start = "unknown" if s.estimated_start is None else f"in {age(max(0, s.estimated_start - now) / 1000)}"
+        start = "unknown" if s.estimated_start is None else _in(s, s.estimated_start)
+        if s.earliest_start is not None and s.latest_start is not None and s.earliest_start < s.latest_start:
+            start += f" (between {_in(s, s.earliest_start)} and {_in(s, s.latest_start)})"
         out.print(f"queue      position {s.queue_position} in the cell, {s.team_position} in team {s.team}; "
                   f"estimated start {start} ({s.start_basis})")
     if spec:

@@ -35,6 +35,7 @@ from events.log import InputWriter
 from events.reader import LogReader, default_bootstrap
 from events.topics import TopicNames, cells_from_env, topic_names, topic_prefix
 from events.tracing import Tracer
+from projections.cell import CellState
 from projections.cluster import NODE_LEVEL
 from projections.jobs import ENDED, JobState
 from projections.read_model import Attempt, ReadModel
@@ -71,6 +72,8 @@ class JobStatus:
     attempts: list[dict] = field(default_factory=list)
     checkpoint_step: int | None = None
     spec: dict = field(default_factory=dict)
+    earliest_start: int | None = None  # the interval the estimated start lies in (services/core/forecast.py)
+    latest_start: int | None = None
 
     @property
     def ended(self) -> bool:
@@ -114,6 +117,10 @@ INTAKE_WAIT_S = 30.0
 #: What `wait` can wait for, besides a predicate.
 UNTIL = {"ended": lambda s: s.ended, "running": lambda s: s.state == JobState.RUNNING or s.ended,
          "placed": lambda s: s.state in (JobState.PLACED, JobState.RUNNING) or s.ended}
+
+
+#: How long `wait` looks for a job it does not see yet (one just submitted) before saying there is none.
+SUBMISSION_VISIBLE_S = 10.0
 
 
 class Client:
@@ -180,7 +187,7 @@ class Client:
         self.refresh()
         wanted = {JobState(s) for s in states}
         positions = self._estimates()
-        jobs = sorted(self.model.state.jobs.values(), key=lambda j: (j.submit_offset, j.job_id))
+        jobs = sorted(self.model.jobs(), key=lambda j: (j.submit_offset, j.job_id))
         return [self._status(job.job_id, positions) for job in jobs
                 if (team is None or job.team == team)
                 and (job.state in wanted if wanted else include_ended or not job.ended)]
@@ -191,7 +198,7 @@ class Client:
         Raises TimeoutError after `timeout` seconds; `on_change` sees each new state."""
         done = UNTIL[until] if isinstance(until, str) else until
         deadline = None if timeout is None else time.monotonic() + timeout
-        status = self.get(job_id)
+        status = self._appeared(job_id, SUBMISSION_VISIBLE_S if timeout is None else min(timeout, SUBMISSION_VISIBLE_S))
         seen = None
         while True:
             if on_change is not None and (status.state, status.reason) != seen:
@@ -204,35 +211,24 @@ class Client:
             self.follow(0.5)
             status = self._status(job_id, self._estimates())
 
+    def _appeared(self, job_id: str, within: float) -> JobStatus:
+        """The job's status, following the log for up to `within` seconds while it is not there: a submission
+        just committed becomes readable only once its transaction's markers are written."""
+        self.refresh()
+        give_up = time.monotonic() + within
+        while (status := self._status(job_id, self._estimates())) is None:
+            if time.monotonic() >= give_up:
+                raise LauncherError(f"no job {job_id!r} in cell {self.cell}")
+            self.follow(0.2)
+        return status
+
     def teams(self) -> list[TeamUsage]:
         self.refresh()
-        tenancy, state = self.model.state.tenancy, self.model.state
-        counts: dict[tuple[str, str], list[int]] = {}
-        for job in state.jobs.values():
-            tally = counts.setdefault((job.team, job.gpu_type), [0, 0])
-            tally[0] += job.state is JobState.QUEUED
-            tally[1] += job.holds_capacity
-        keys = sorted(set(tenancy.quotas) | set(tenancy.usage) | set(counts))
-        lent = _lent(tenancy, keys)
-        out = []
-        for team, gpu_type in keys:
-            quota = tenancy.quota(team, gpu_type)
-            spec = tenancy.teams.get(team)
-            queued, running = counts.get((team, gpu_type), [0, 0])
-            out.append(TeamUsage(team, spec.cohort if spec else None, gpu_type, quota.nominal,
-                                 tenancy.used(team, gpu_type),
-                                 tenancy.borrowed(team, gpu_type), lent.get((team, gpu_type), 0), quota.borrowing_limit,
-                                 quota.lending_limit, queued, running))
-        return out
+        return team_usage(self.model.state)
 
     def nodes(self) -> list[NodeStatus]:
         self.refresh()
-        out = []
-        for node in self.model.state.cluster.nodes.values():
-            used = len(node.holder)
-            out.append(NodeStatus(node.name, node.labels.get("block", "-"), node.labels.get("rack", "-"), node.gpu_type,
-                                  node.gpus, used, node.free, _node_state(node), node.jobs()))
-        return sorted(out, key=lambda n: (n.block, n.rack, n.node))
+        return node_status(self.model.state)
 
     # --- writing ----------------------------------------------------------------------------------
 
@@ -442,7 +438,8 @@ class Client:
             placement=[{"worker": w, "node": n, "gpus": list(g)} for w, n, g in job.assignments],
             attempts=[_attempt(a) for _, a in sorted(model.attempts.get(job_id, {}).items())],
             checkpoint_step=model.checkpoint_step(job),
-            spec=submitted.model_dump(mode="json", exclude={"envelope"}) if submitted else {})
+            spec=submitted.model_dump(mode="json", exclude={"envelope"}) if submitted else {},
+            earliest_start=estimate.earliest if estimate else None, latest_start=estimate.latest if estimate else None)
 
 
 def _attempt(a: Attempt) -> dict:
@@ -465,19 +462,31 @@ def _node_state(node) -> str:
     return "ready"
 
 
-def _lent(tenancy, keys: list[tuple[str, str]]) -> dict[tuple[str, str], int]:
-    """What each team lends: the borrowing in its pool, drawn from its members' idle lendable quota in name order."""
-    out: dict[tuple[str, str], int] = {}
-    pools: dict[tuple[str, ...], list[str]] = {}
+def team_usage(state: CellState) -> list[TeamUsage]:
+    """Quota per team and GPU type: nominal, used, borrowed, lent, and its jobs queued and holding GPUs."""
+    tenancy = state.tenancy
+    counts: dict[tuple[str, str], list[int]] = {}
+    for job in state.jobs.values():
+        tally = counts.setdefault((job.team, job.gpu_type), [0, 0])
+        tally[0] += job.state is JobState.QUEUED
+        tally[1] += job.holds_capacity
+    keys = sorted(set(tenancy.quotas) | set(tenancy.usage) | set(counts))
+    lent = {(team, gpu_type): gpus for gpu_type in sorted({t for _, t in keys})
+            for team, gpus in tenancy.lent(gpu_type).items()}
+    out = []
     for team, gpu_type in keys:
-        if team in tenancy.teams:
-            pools.setdefault((*tenancy.pool_members(team), gpu_type), [])
-    for pool in pools:
-        *members, gpu_type = pool
-        borrowed = sum(tenancy.borrowed(t, gpu_type) for t in members)
-        for team in members:
-            quota = tenancy.quota(team, gpu_type)
-            idle = max(0, min(quota.lendable, quota.nominal - tenancy.used(team, gpu_type)))
-            out[(team, gpu_type)] = min(idle, borrowed)
-            borrowed -= out[(team, gpu_type)]
+        quota = tenancy.quota(team, gpu_type)
+        spec = tenancy.teams.get(team)
+        queued, running = counts.get((team, gpu_type), [0, 0])
+        out.append(TeamUsage(team, spec.cohort if spec else None, gpu_type, quota.nominal, tenancy.used(team, gpu_type),
+                             tenancy.borrowed(team, gpu_type), lent.get((team, gpu_type), 0), quota.borrowing_limit,
+                             quota.lending_limit, queued, running))
     return out
+
+
+def node_status(state: CellState) -> list[NodeStatus]:
+    """Nodes by block and rack: GPUs used and free, state, jobs."""
+    out = [NodeStatus(node.name, node.labels.get("block", "-"), node.labels.get("rack", "-"), node.gpu_type, node.gpus,
+                      len(node.holder), node.free, _node_state(node), node.jobs())
+           for node in state.cluster.nodes.values()]
+    return sorted(out, key=lambda n: (n.block, n.rack, n.node))

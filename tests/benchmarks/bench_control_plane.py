@@ -3,7 +3,10 @@
 One cell of 250 nodes x 8 GPUs = 2,000 GPUs; the four services run as separate processes with
 exactly-once transactions and RocksDB projections; single-GPU gangs so the cell holds 2,000.
 Phase 1 submits at a fixed rate (default 200/s for 10 s) and reports submit-to-placed latency
-p50 / p99 (wall clock from the launcher's produce() to the moment a reader sees JobPlaced).
+p50 / p99 (wall clock from the launcher's produce() to the moment a reader sees JobPlaced), split in two at
+the moment the admitter produced JobPlaced (the record's CreateTime): submit-to-decided (the submission's
+delivery, the admitter's fetch and decision) and decided-to-visible (its transaction's commit and the
+reader's fetch of what it committed).
 Phase 2 (a fresh cell and topics) submits 2,000 gangs as fast as one producer can and reports
 gangs placed per second from the first submission to the last placement.
 
@@ -43,13 +46,17 @@ class PlacedWatcher(threading.Thread):
         super().__init__(daemon=True)
         self.reader = LogReader(["cell-a"], bootstrap, all_cells=["cell-a"], topics=topics)
         self.placed: dict[str, float] = {}
+        self.decided: dict[str, float] = {}  # job -> wall-clock time its JobPlaced was produced
+        self.seen: dict[str, float] = {}  # job -> wall-clock time it was seen
         self.stop = False
 
     def run(self) -> None:
         while not self.stop:
             for record in self.reader.poll(0.05):
-                if isinstance(record.event, m.JobPlaced):
-                    self.placed.setdefault(record.event.job_id, time.perf_counter())
+                if isinstance(record.event, m.JobPlaced) and record.event.job_id not in self.placed:
+                    self.placed[record.event.job_id] = time.perf_counter()
+                    self.seen[record.event.job_id] = time.time()
+                    self.decided[record.event.job_id] = record.timestamp_ms / 1000
         self.reader.close()
 
 
@@ -110,6 +117,7 @@ def main() -> int:
             topics, plane, operator, watcher, launcher = setup(bootstrap, Path(scratch), "latency")
             time.sleep(3)  # let the services join their group and own the cell
             sent: dict[str, float] = {}
+            sent_wall: dict[str, float] = {}
             total = int(args.rate * args.seconds)
             began = time.perf_counter()
             for i in range(total):
@@ -117,7 +125,7 @@ def main() -> int:
                 while time.perf_counter() < target:
                     time.sleep(0.0005)
                 job = f"lat-{i}"
-                sent[job] = time.perf_counter()
+                sent[job], sent_wall[job] = time.perf_counter(), time.time()
                 submit(launcher, topics, codec, operator, job)
             launcher.flush(30)
             wait_placed(watcher, list(sent))
@@ -127,6 +135,12 @@ def main() -> int:
             p50, p99 = statistics.median(latencies), latencies[int(0.99 * (len(latencies) - 1))]
             print(f"phase 1: {total:,} gangs at {args.rate:.0f}/s: {len(latencies):,} placed; submit-to-placed "
                   f"p50 {p50:.1f} ms, p99 {p99:.1f} ms, max {latencies[-1]:.1f} ms")
+            placed_jobs = [j for j in sent if j in watcher.placed]
+            for name, part in (("submit-to-decided", lambda j: watcher.decided[j] - sent_wall[j]),
+                               ("decided-to-visible", lambda j: watcher.seen[j] - watcher.decided[j])):
+                values = sorted(part(j) * 1000 for j in placed_jobs)
+                print(f"   {name}: p50 {statistics.median(values):.1f} ms, "
+                      f"p99 {values[int(0.99 * (len(values) - 1))]:.1f} ms")
             print_timings(Path(scratch), "latency")
 
             topics, plane, operator, watcher, launcher = setup(bootstrap, Path(scratch), "burst")

@@ -1,13 +1,13 @@
-"""Benchmark of the pure core: gangs admitted and placed per second on one 10,000-GPU cell.
+"""Benchmark of the pure core: gangs admitted and placed per second on one cell (10,000 GPUs by default).
 
 1,250 nodes x 8 GPUs in racks of 10 and blocks of 5 racks (block > rack > node), 16 teams in one
 cohort, and 10,000 gangs whose sizes are the first 10,000 jobs of the merged ITP trace, all
-submitted at once. Phase 1 folds the submissions (placed workers start at once, as
+submitted at once (`--nodes 12500 --jobs 100000` for a 100,000-GPU cell). Phase 1 folds the submissions (placed workers start at once, as
 agents would report); phase 2 completes running jobs one by one so that queued gangs are admitted
 as capacity frees. Prints decisions per second for each
 phase, and with --profile the functions where the time goes.
 
-    python tests/benchmarks/bench_core.py [--jobs 10000] [--profile]
+    python tests/benchmarks/bench_core.py [--nodes 1250] [--jobs 10000] [--profile]
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ import cProfile
 import pstats
 import sys
 import time
+from itertools import cycle, islice
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
@@ -55,9 +56,9 @@ def start_workers(cell: VirtualCell, event: m.Event, offset: int) -> None:
 
 def submissions(cell: VirtualCell, count: int) -> list[m.JobSubmitted]:
     out = []
-    for i, trace_job in enumerate(itp_jobs(limit=count)):
+    for i, trace_job in enumerate(islice(cycle(itp_jobs()), count)):  # the trace again when it runs out
         workers, per_worker = gang_shape(trace_job.gpus)
-        out.append(job_submitted(f"j{i:05d}", TEAMS[i % len(TEAMS)], workers, per_worker, "H100", cell=cell.cell, at=1))
+        out.append(job_submitted(f"j{i:06d}", TEAMS[i % len(TEAMS)], workers, per_worker, "H100", cell=cell.cell, at=1))
     return out
 
 
@@ -67,12 +68,13 @@ def count(cell: VirtualCell, start: int, kind: type) -> int:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--nodes", type=int, default=1_250, help="nodes of 8 GPUs")
     parser.add_argument("--jobs", type=int, default=10_000)
     parser.add_argument("--completions", type=int, default=2_000, help="running jobs to complete in phase 2")
     parser.add_argument("--profile", action="store_true")
     args = parser.parse_args()
 
-    cell = build_cell()
+    cell = build_cell(args.nodes)
     cell.observers.append(start_workers)
     jobs = submissions(cell, args.jobs)
     profiler = cProfile.Profile() if args.profile else None
@@ -101,7 +103,7 @@ def main() -> int:
     completed = min(len(running), args.completions)
     queued = len(cell.state.queued)
 
-    print(f"cell: 1,250 nodes x 8 GPUs = 10,000 GPUs, block > rack > node; {args.jobs:,} ITP-sized gangs")
+    print(f"cell: {args.nodes:,} nodes x 8 GPUs = {args.nodes * 8:,} GPUs, block > rack > node; {args.jobs:,} ITP-sized gangs")
     print(f"phase 1 (submit all): {phase1:.2f} s, {decisions1:,} decisions, {admitted1:,} admitted, {placed1:,} placed "
           f"-> {placed1 / phase1:,.0f} gangs admitted+placed/s, {args.jobs / phase1:,.0f} submissions folded/s "
           f"(CPU {cpu1:.2f} s: {placed1 / cpu1:,.0f} per CPU-second)")

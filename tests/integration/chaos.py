@@ -158,8 +158,8 @@ def check(logged: list[tuple[int, m.Event]], heartbeats: list[m.Event], state_di
                 break
     problems += [f"{job} attempt {a} admitted {n} times" for (job, a), n in admitted.items() if n > 1]
     problems += [f"{job} attempt {a} placed {n} times" for (job, a), n in placed.items() if n > 1]
-    report.jobs = len(state.jobs)
-    report.succeeded = sum(1 for j in state.jobs.values() if j.state is JobState.SUCCEEDED)
+    report.jobs = len(state.jobs) + len(state.retired)
+    report.succeeded = sum(1 for _, e in logged if isinstance(e, m.JobSucceeded))
     for name, decider in sorted(DECIDERS.items()):
         stored = ProjectionStore(state_dir / "main" / name / "cell-a").load()
         if stored is None:

@@ -64,10 +64,24 @@ class ControlPlane:
         self.processes[name].wait(30)
 
     def stop_all(self) -> dict[str, int]:
+        """SIGTERM to every process and their exit codes. One that does not stop within a minute is asked where
+        it is stuck (SIGUSR1: its stacks go to its log), killed, and the test fails with that log's tail."""
         for process in self.processes.values():
             if process.poll() is None:
                 process.send_signal(signal.SIGTERM)
-        return {name: process.wait(60) for name, process in self.processes.items()}
+        deadline = time.monotonic() + 60
+        stuck = []
+        for name, process in self.processes.items():
+            try:
+                process.wait(max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                stuck.append(name)
+                process.send_signal(signal.SIGUSR1)
+                time.sleep(2)
+                process.kill()
+                process.wait(30)
+        assert not stuck, f"{stuck} did not stop within 60 s of SIGTERM:\n{self.tails(60)}"
+        return {name: process.returncode for name, process in self.processes.items()}
 
 
 class Operator:
@@ -76,11 +90,15 @@ class Operator:
     def __init__(self, bootstrap: str, topics: TopicNames, cells: Sequence[str] = ("cell-a",)) -> None:
         self.producer = EventProducer(bootstrap, f"operator-{uuid.uuid4().hex}", topics, cells)
         self.seq = 0
+        self.last_at = 0
 
     def envelope(self, cell: str = "cell-a", producer: str = "operator") -> m.Envelope:
+        """Stamped with the present, as a launcher does (a cell refuses a submission stamped long before its
+        clock), and strictly after the last stamp, so the order written is the order stamped."""
         self.seq += 1
+        self.last_at = max(self.last_at + 1, int(time.time() * 1000))
         return m.Envelope(event_id=f"{producer}-{uuid.uuid4().hex[:8]}-{self.seq}", cell=cell,
-                          at=1_700_000_000_000 + self.seq * 1000, producer=producer)
+                          at=self.last_at, producer=producer)
 
     def write(self, *events: m.Event) -> None:
         with self.producer.transaction():

@@ -7,7 +7,16 @@ import pytest
 from fastapi.testclient import TestClient
 
 from replay.api.app import create_app
-from tests.api_fixtures import CELL, CV_TOKEN, NLP_TOKEN, OPERATOR_TOKEN, TOKENS, busy_cell_log, projector_over
+from tests.api_fixtures import (
+    CELL,
+    CV_TOKEN,
+    NLP_TOKEN,
+    OPERATOR_TOKEN,
+    TOKENS,
+    busy_cell_log,
+    every_job,
+    projector_over,
+)
 
 BASE = f"/api/v1/cells/{CELL}"
 
@@ -43,7 +52,7 @@ def test_the_cell_summary_counts_what_the_state_holds(client, projector):
     body = get(client, BASE).json()
     with projector.state(CELL) as state:
         assert body["nodes"] == len(state.cluster.nodes) == 8
-        assert sum(body["jobs"].values()) == len(state.jobs)
+        assert sum(body["jobs"].values()) == len(every_job(busy_cell_log())) == len(state.jobs) + len(state.retired)
         assert body["gpus"]["busy"] == sum(len(n.holder) for n in state.cluster.nodes.values()) > 0
         assert body["offset"] == state.offset and body["lag"]["offset"] == state.offset
     assert body["levels"] == ["block", "rack"]
@@ -51,10 +60,9 @@ def test_the_cell_summary_counts_what_the_state_holds(client, projector):
 
 
 def test_jobs_page_by_cursor_in_each_order_and_filter(client, projector):
-    with projector.state(CELL) as state:
-        jobs = sorted(state.jobs.values(), key=lambda j: (j.submitted_at, j.submit_offset))
-        queued = [j.job_id for j in jobs if j.team == "nlp" and j.state.value == "queued"]
-        high = [j.job_id for j in jobs if j.priority == 10]
+    jobs = sorted(every_job(busy_cell_log()), key=lambda j: (j.submitted_at, j.submit_offset))
+    queued = [j.job_id for j in jobs if j.team == "nlp" and j.state.value == "queued"]
+    high = [j.job_id for j in jobs if j.priority == 10]
     assert [r["job_id"] for r in walk(client, sort="submitted", limit=7)] == [j.job_id for j in jobs]
     assert [r["job_id"] for r in walk(client, limit=5)] == [j.job_id for j in reversed(jobs)]  # newest first
     assert [r["job_id"] for r in walk(client, team="nlp", state="queued", sort="submitted", limit=3)] == queued

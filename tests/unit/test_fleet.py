@@ -119,8 +119,8 @@ def test_jobs_run_checkpoint_and_succeed():
         (30_000, 30_000), (60_000, 60_000), (90_000, 90_000)]
     exits = of(cell, m.WorkerExited, "a")
     assert [(e.worker, e.exit_code, e.envelope.at - begun) for e in exits] == [(0, 0, 100_000), (1, 0, 100_000)]
-    assert cell.state.jobs["a"].state is JobState.SUCCEEDED
-    assert cell.state.jobs["b"].state is JobState.SUCCEEDED
+    assert cell.job("a").state is JobState.SUCCEEDED
+    assert cell.job("b").state is JobState.SUCCEEDED
     assert of(cell, m.NodeFailed) == [], "steady heartbeats: recovery sees every node alive"
 
 
@@ -144,7 +144,7 @@ def test_a_lost_node_is_failed_by_recovery_and_its_job_resumes_elsewhere():
     final_exit, = [e for e in of(cell, m.WorkerExited, on_n0) if e.attempt == 2]
     assert final_exit.envelope.at - restarted == 70_000, "resumed from the 30 s checkpoint: 70 s left"
     assert [e.attempt for e in of(cell, m.WorkerExited, on_n0)] == [2], "the lost attempt reports nothing"
-    assert cell.state.jobs[on_n0].state is JobState.SUCCEEDED and cell.state.jobs[other].state is JobState.SUCCEEDED
+    assert cell.job(on_n0).state is JobState.SUCCEEDED and cell.job(other).state is JobState.SUCCEEDED
     assert [r.node for r in of(cell, m.NodeRecovered)] == ["cell-a-b0-r0-n0"], "repaired, checks pass, back"
 
 
@@ -159,7 +159,7 @@ def test_preemption_request_gets_a_checkpoint_before_the_deadline():
     assert checkpoint, "asked to checkpoint: done after the checkpoint delay"
     preempted, = of(cell, m.JobPreempted, "low")
     assert preempted.checkpoint_id == checkpoint[0].checkpoint_id
-    assert cell.state.jobs["high"].state is JobState.SUCCEEDED
+    assert cell.job("high").state is JobState.SUCCEEDED
     resumed = [c.progress_ms for c in of(cell, m.CheckpointCompleted, "low") if c.attempt == 2]
     assert resumed[0] == checkpoint[0].progress_ms + 30_000, "the victim resumes from its checkpoint"
 

@@ -9,8 +9,8 @@ import pytest
 from events import models as m
 from projections.cell import CellState
 from projections.evolve import evolve
-from replay.scenario.play import load, run
-from services.core.forecast import Basis, forecast
+from replay.scenario.play import load, parse, run
+from services.core.forecast import Basis, forecast, runtimes
 from services.policies import FIFO
 from services.policy import DEFAULT_POLICY
 from tests.builders import fold, job, node, priority, quota, team, tick, topology
@@ -37,7 +37,7 @@ def test_a_queued_gang_starts_when_the_running_work_reaches_its_time_limit():
     assert estimates["b"].basis is Basis.TIME_LIMITS and estimates["b"].waits_for == ("a",)
     assert estimates["c"].start == a.admitted_at + HOUR  # a frees 16 GPUs: room for b and c at once
     assert estimates["c"].ahead_gpus == 8
-    assert "running work ends by its time limit (a)" in estimates["b"].detail
+    assert "running work ends (a)" in estimates["b"].detail
 
 
 def test_a_gang_behind_waits_for_the_one_planned_ahead_of_it():
@@ -132,3 +132,60 @@ def test_every_waiting_gang_gets_a_place_and_no_start_in_the_past(path: Path):
             assert e.start is None or e.start >= max(state.now, state.jobs[job_id].not_before), (job_id, e)
             assert (e.start is None) == (e.basis in {Basis.UNKNOWN_END, Basis.BEHIND_UNKNOWN, Basis.TOO_LARGE,
                                                      Basis.BEYOND_HORIZON}), e
+
+
+# --- the cell's runtime history and the estimate's interval -------------------------------------------------------
+
+
+def played(inputs: list[dict], until: str, nodes: int = 2) -> CellState:
+    """A scenario on `nodes` 8-GPU nodes in one rack, team nlp (quota 64), with simulated agents."""
+    scenario = parse({"name": "history", "cell": {"topology": ["rack"], "nodes": [
+        {"generate": {"count": nodes, "gpus": 8, "gpu_type": "H100", "nodes_per_rack": nodes}}]},
+        "teams": [{"name": "nlp", "quota": {"H100": 64}}], "agents": {"checkpoint_every": None},
+        "tick": "10s", "until": until, "inputs": inputs})
+    return run(scenario).cell.state
+
+
+def submit(at: str, job_id: str, runs_for: str, limit: str = "4h", workers: int = 1) -> dict:
+    return {"at": at, "submit": {"job": job_id, "team": "nlp", "workers": workers, "gpus_per_worker": 8,
+                                 "runs_for": runs_for, "time_limit": limit}}
+
+
+def test_jobs_that_used_a_quarter_of_their_limit_make_the_expected_start_earlier_than_the_limits():
+    history = [submit(f"{i}m", f"done-{i}", "1h") for i in range(4)]  # 1 h of a 4 h limit each
+    state = played([*history, submit("5h", "running", "3h", workers=2), submit("5h1m", "waiting", "1h")], "5h2m")
+    assert runtimes(state).fractions == (0.25, 0.25, 0.25, 0.25)
+    e = forecast(state, DEFAULT_POLICY)["waiting"]
+    began = state.jobs["running"].running_since
+    assert e.latest == began + 4 * HOUR  # the running gang may use its whole limit
+    assert e.start == began + HOUR  # the cell's jobs run a quarter of theirs
+    assert e.earliest <= e.start <= e.latest
+    assert "the median of the cell's last 4 finished jobs" in e.detail
+
+
+def test_work_that_outlived_the_typical_runtime_is_expected_to_run_to_its_limit():
+    history = [submit(f"{i}m", f"done-{i}", "1h") for i in range(4)]
+    state = played([*history, submit("5h", "running", "3h", workers=2), submit("7h", "waiting", "1h")], "7h1m")
+    e = forecast(state, DEFAULT_POLICY)["waiting"]
+    assert e.start == e.latest == state.jobs["running"].running_since + 4 * HOUR  # 2 h in: past every runtime seen
+
+
+def test_without_history_the_estimate_is_the_time_limit_plan_and_the_earliest_ignores_the_gangs_ahead():
+    state = cell(job("a", workers=2, at=1000, time_limit_ms=HOUR),
+                 job("b", workers=2, at=2000, time_limit_ms=HOUR), job("c", at=3000, time_limit_ms=HOUR))
+    assert runtimes(state).fractions == ()
+    e = forecast(state, DEFAULT_POLICY)
+    end_of_a = state.jobs["a"].admitted_at + HOUR
+    assert (e["c"].start, e["c"].latest) == (end_of_a + HOUR, end_of_a + HOUR)  # behind b
+    assert e["c"].earliest == end_of_a  # if b waited for room elsewhere
+
+
+@pytest.mark.parametrize("path", SCENARIOS, ids=[p.stem for p in SCENARIOS])
+def test_the_estimate_lies_inside_its_interval(path: Path):
+    state = CellState()
+    for offset, event in enumerate(run(load(path)).cell.log):
+        evolve(state, event, offset)
+        if state.queued and isinstance(event, (m.JobSubmitted, m.JobAdmitted, m.JobSucceeded)):
+            for e in forecast(state, DEFAULT_POLICY).values():
+                assert (e.start is None) == (e.earliest is None) == (e.latest is None), e
+                assert e.start is None or state.now <= e.earliest <= e.start <= e.latest, e

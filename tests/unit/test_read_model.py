@@ -41,5 +41,5 @@ def test_checkpoint_steps_and_rejections_are_kept():
 
 def test_the_latest_decision_detail_is_kept():
     model = folded("reject_invalid_requests.yaml")
-    rejected = [j for j in model.state.jobs.values() if j.state.value == "rejected"]
+    rejected = [j for j in model.jobs() if j.state.value == "rejected"]
     assert rejected and all(model.details[j.job_id] for j in rejected)

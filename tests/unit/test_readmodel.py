@@ -14,6 +14,7 @@ from projections.readmodel.fold import CellFold
 from projections.readmodel.store import ReadModelStore
 from replay.scenario.play import load, run
 from tests import builders as b
+from tests.api_fixtures import every_job
 
 SCENARIOS = sorted((Path(__file__).resolve().parents[1] / "scenarios").glob("*.yaml"))
 
@@ -46,7 +47,7 @@ def test_batches_and_restarts_give_the_rows_of_a_rebuild(path: Path, tmp_path: P
     fold = fold_into(resumed, log, batch=7, start=0)  # the whole log re-delivered: folded events are skipped
     assert resumed.rows() == rebuilt.rows()
     assert resumed.offset(cell_of(log)) == len(log) - 1 == fold.state.offset
-    assert len(fold.state.jobs) == len({e.job_id for e in log if isinstance(e, m.JobSubmitted)}), "every job folded"
+    assert len(every_job(log)) == len({e.job_id for e in log if isinstance(e, m.JobSubmitted)}), "every job folded"
 
 
 def busy_log() -> list[m.Event]:
@@ -69,7 +70,7 @@ def test_job_pages_follow_the_index_and_the_folded_state(tmp_path: Path):
     state = CellState()
     for offset, event in enumerate(log):
         evolve(state, event, offset)
-    jobs = sorted(state.jobs.values(), key=lambda j: (j.submitted_at, j.submit_offset))
+    jobs = sorted(every_job(log), key=lambda j: (j.submitted_at, j.submit_offset))
     assert len(jobs) > 10
 
     def walk(filters, sort="submitted", descending=False, limit=4):
@@ -98,8 +99,8 @@ def test_job_pages_follow_the_index_and_the_folded_state(tmp_path: Path):
 def test_a_job_document_and_its_timeline(tmp_path: Path):
     log = recorded_log(next(p for p in SCENARIOS if p.stem == "preempt_checkpoint_completed"))
     store = ReadModelStore(tmp_path / "db")
-    fold = fold_into(store, log, batch=5)
-    preempted = next(j for j in fold.state.jobs.values() if any(h[2] == "JobPreempted" for h in j.history))
+    fold_into(store, log, batch=5)
+    preempted = next(j for j in every_job(log) if any(h[2] == "JobPreempted" for h in j.history))
     doc = store.job(cell_of(log), preempted.job_id)
     timeline = store.timeline(cell_of(log), preempted.job_id)
     assert [e["type"] for e in timeline] == [h[2] for h in preempted.history]

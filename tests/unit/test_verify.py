@@ -5,14 +5,18 @@ reproduces every decision it wrote, and nothing else."""
 
 from pathlib import Path
 
+import fastavro
 import pytest
 
 from events import models as m
+from events.logfile import read_log_file
+from replay import cli
 from replay.scenario.play import load, run
 from replay.verify import verify
 from services.run_cli import DECIDERS
 
-SCENARIOS = sorted((Path(__file__).resolve().parents[1] / "scenarios").glob("*.yaml"))
+SCENARIO_DIR = Path(__file__).resolve().parents[1] / "scenarios"
+SCENARIOS = sorted(SCENARIO_DIR.glob("*.yaml"))
 
 
 def logged(path: Path):
@@ -45,3 +49,91 @@ def test_a_decision_nobody_made_is_reported_as_missing():
                                                basis_offset=999999), job_id="nobody", detail="forged")
     verdict = verify([*log, (len(log), forged)], DECIDERS["admitter"](), policy)
     assert verdict.missing == ["admitter-999999-1"]
+
+
+# --- exported logs: golden files, and files altered by hand ---------------------------------------------------------
+
+GOLDEN = sorted((Path(__file__).resolve().parents[1] / "golden").glob("*.avro"))
+
+
+@pytest.mark.parametrize("path", GOLDEN, ids=[p.stem for p in GOLDEN])
+def test_every_golden_log_still_verifies(path, capsys):
+    assert cli.main(["verify", "--log", str(path)]) == 0
+    assert "every decision reproduced" in capsys.readouterr().out
+
+
+def test_golden_logs_are_the_scenarios_they_were_exported_from():
+    """The golden logs are what the scenarios play today; a deliberate change of behaviour rewrites them."""
+    for path in GOLDEN:
+        assert read_log_file(path).records == list(enumerate(run(load(SCENARIO_DIR / f"{path.stem}.yaml")).cell.log)), \
+            f"{path.name} differs from its scenario: see tests/golden/README.md"
+
+
+def altered(source: Path, target: Path, change) -> Path:
+    """The exported log at `source`, edited record by record with fastavro (as anyone could) and written to `target`."""
+    with open(source, "rb") as handle:
+        reader = fastavro.reader(handle)
+        schema, metadata, rows = reader.writer_schema, dict(reader.metadata), list(reader)
+    rows = change(rows)
+    with open(target, "wb") as out:
+        fastavro.writer(out, schema, rows, codec="deflate",
+                        metadata={k: v for k, v in metadata.items() if not k.startswith("avro.")})
+    return target
+
+
+def first(rows, field: str) -> int:
+    return next(i for i, row in enumerate(rows) if field in row["event"])
+
+
+def drop_admission(rows):
+    return [row for i, row in enumerate(rows) if i != first(rows, "borrowed")]
+
+
+def more_gpus(rows):
+    rows[first(rows, "borrowed")]["event"]["gpus"] += 8
+    return rows
+
+
+def swap_submissions(rows):
+    a, b = [i for i, row in enumerate(rows) if "gpus_per_worker" in row["event"]][:2]
+    rows[a]["event"], rows[b]["event"] = rows[b]["event"], rows[a]["event"]  # offsets stay where they were
+    return rows
+
+
+@pytest.mark.parametrize("change, kind, basis_type", [
+    (drop_admission, "extra", "JobSubmitted"),
+    (more_gpus, "different", "JobSubmitted"),
+    (swap_submissions, "different", "JobSubmitted"),
+])
+def test_a_log_altered_by_hand_fails_and_shows_the_first_divergence(tmp_path, capsys, change, kind, basis_type):
+    source = next(p for p in GOLDEN if p.stem == "demo")
+    path = altered(source, tmp_path / "altered.avro", change)
+    assert cli.main(["verify", "--log", str(path)]) == 1
+    out = capsys.readouterr().out
+    assert "some decisions were not reproduced" in out
+    head = out[out.index("first divergence:"):].splitlines()
+    assert head[0].startswith("first divergence: admitter decision admitter-") and head[0].endswith(f"({kind})")
+    assert head[1].startswith("  basis: offset ") and basis_type in head[1]
+    assert head[2].startswith("  recorded (") and head[3].startswith("  replayed: ")
+    if kind == "different":
+        assert head[4].startswith("  fields that differ: ")
+
+
+def test_records_moved_with_their_offsets_are_refused_as_read(tmp_path, capsys):
+    def swap(rows):
+        rows[20], rows[30] = rows[30], rows[20]
+        return rows
+    path = altered(next(p for p in GOLDEN if p.stem == "demo"), tmp_path / "moved.avro", swap)
+    assert cli.main(["verify", "--log", str(path)]) == 1
+    assert "the log's order was altered" in capsys.readouterr().err
+
+
+def test_the_first_divergence_is_the_earliest_by_basis():
+    log, policy, _ = logged(next(p for p in SCENARIOS if p.stem == "demo"))
+    placements = [(i, e) for i, e in log if isinstance(e, m.JobPlaced)][:2]
+    for i, placed in placements:
+        log[i] = (i, placed.model_copy(update={"domain": "elsewhere"}))
+    verdict = verify(log, DECIDERS["admitter"](), policy)  # the admitter binds what it admits
+    assert [d.event_id for d in verdict.divergences] == [e.envelope.event_id for _, e in placements]
+    assert verdict.first.recorded.domain == "elsewhere" and verdict.first.replayed.domain == placements[0][1].domain
+    assert verdict.first.differing_fields() == ["domain"]

@@ -1,0 +1,101 @@
+"""Replay speed of the audit commands, per process, and where the time goes.
+
+    python tests/benchmarks/bench_replay.py [--trace PATH] [--log FILE] [--profile]
+
+Makes a cell log by simulating an ITP trace (default cluster02 at 1.2x its demand: ~190,000 events; the sim's
+own log, exactly what a cell on Kafka would hold for it), exports it, then times each step an audit takes:
+
+- read: the exported Avro file decoded (fastavro) and validated into event models (pydantic);
+- fold: the state rebuilt from the log (`replay state`, `report`, `explain` without --why);
+- timeline: `explain`'s fold with the job's lines;
+- verify: one service's replica over the log (fold + decide on every event it answers), for each of the four.
+
+Each figure is events per second of one process on this machine. `--profile` prints the functions that take the
+most time in read, fold and verify.
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import pstats
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+from events.logfile import read_log_file, write_log_file  # noqa: E402
+from projections.cell import CellState  # noqa: E402
+from projections.evolve import evolve  # noqa: E402
+from replay.audit.timeline import timeline  # noqa: E402
+from replay.sim.run import simulate  # noqa: E402
+from replay.sim.workload import SimConfig, build_workload  # noqa: E402
+from replay.verify import verify  # noqa: E402
+from services.policies import GANGWAY  # noqa: E402
+from services.run_cli import DECIDERS  # noqa: E402
+
+DEFAULT_TRACE = ROOT.parent / "shared" / "traces" / "microsoft-itp-2021" / "cluster02.csv"
+
+
+def simulated_log(trace: Path) -> list:
+    """The log of a simulation of the trace, as its virtual cell writes it."""
+    records: list = []
+    config = SimConfig(gpus="1.2x", private=False)
+    simulate(build_workload([trace], config), GANGWAY, config,
+             observers=[lambda cell, event, offset: records.append((offset, event))])
+    return records
+
+
+def timed(label: str, events: int, step, profile: bool):
+    profiler = cProfile.Profile() if profile else None
+    start = time.perf_counter()
+    if profiler:
+        profiler.enable()
+    result = step()
+    if profiler:
+        profiler.disable()
+    seconds = time.perf_counter() - start
+    print(f"{label:28} {events:>9,} events in {seconds:6.2f} s = {events / seconds:>9,.0f} events/s")
+    if profiler:
+        pstats.Stats(profiler).sort_stats("tottime").print_stats(8)
+    return result
+
+
+def fold(records) -> CellState:
+    state = CellState()
+    for offset, event in records:
+        evolve(state, event, offset)
+    return state
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--trace", type=Path, default=DEFAULT_TRACE)
+    parser.add_argument("--log", type=Path, help="an exported log to replay instead of simulating the trace")
+    parser.add_argument("--profile", action="store_true")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as folder:
+        path = args.log
+        if path is None:
+            started = time.perf_counter()
+            records = simulated_log(args.trace)
+            path = Path(folder) / "cell.avro"
+            write_log_file(path, "sim", records, f"sim {args.trace.name}")
+            print(f"simulated {args.trace.name}: {len(records):,} events in {time.perf_counter() - started:.0f} s, "
+                  f"exported to {path.stat().st_size / 1e6:.1f} MB")
+        n = len(read_log_file(path).records)
+        records = timed("read (decode + validate)", n, lambda: read_log_file(path).records, args.profile)
+        state = timed("fold (replay state)", n, lambda: fold(records), False)
+        busiest = max(state.jobs.values(), key=lambda j: len(j.history)).job_id
+        timed("explain (timeline fold)", n, lambda: timeline(records, busiest), False)
+        for name in sorted(DECIDERS):
+            verdict = timed(f"verify {name}", n, lambda name=name: verify(records, DECIDERS[name]()),
+                            args.profile and name == "admitter")
+            assert verdict.ok, verdict
+
+
+if __name__ == "__main__":
+    main()
