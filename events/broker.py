@@ -219,20 +219,47 @@ class ClusterStatus:
         return tuple(n.node_id for n in self.nodes if not n.alive or n.node_id not in self.answering)
 
 
-def render_server_properties(node: NodeSpec, nodes: Sequence[NodeSpec]) -> str:
-    """server.properties for one combined node; replication settings follow the cluster size."""
+def render_server_properties(node: NodeSpec, nodes: Sequence[NodeSpec], admin_password: str | None = None) -> str:
+    """server.properties for one combined node; replication settings follow the cluster size. With an admin
+    password: SASL/SCRAM-SHA-512 on the client listener (the broker's own connections as `admin`), SASL/PLAIN
+    between controllers (KRaft keeps SCRAM credentials in the metadata log, so controllers cannot use SCRAM),
+    and ACLs: nothing is allowed that no ACL allows, and `admin` is the one super user."""
     rf = 3 if len(nodes) >= 3 else 1
     min_isr = min(2, rf)
     voters = ",".join(f"{n.node_id}@{HOST}:{n.controller_port}" for n in nodes)
+    if admin_password is None:
+        security = {
+            "listeners": f"PLAINTEXT://{HOST}:{node.port},CONTROLLER://{HOST}:{node.controller_port}",
+            "advertised.listeners": f"PLAINTEXT://{HOST}:{node.port}",
+            "controller.listener.names": "CONTROLLER",
+            "inter.broker.listener.name": "PLAINTEXT",
+            "listener.security.protocol.map": "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
+        }
+    else:
+        scram = f'org.apache.kafka.common.security.scram.ScramLoginModule required username="admin" password="{admin_password}";'
+        plain = (f'org.apache.kafka.common.security.plain.PlainLoginModule required username="admin" '
+                 f'password="{admin_password}" user_admin="{admin_password}";')
+        security = {
+            "listeners": f"SASL_PLAINTEXT://{HOST}:{node.port},CONTROLLER://{HOST}:{node.controller_port}",
+            "advertised.listeners": f"SASL_PLAINTEXT://{HOST}:{node.port}",
+            "controller.listener.names": "CONTROLLER",
+            "inter.broker.listener.name": "SASL_PLAINTEXT",
+            "listener.security.protocol.map": "CONTROLLER:SASL_PLAINTEXT,SASL_PLAINTEXT:SASL_PLAINTEXT",
+            "sasl.mechanism.inter.broker.protocol": "SCRAM-SHA-512",
+            "sasl.mechanism.controller.protocol": "PLAIN",
+            "listener.name.sasl_plaintext.sasl.enabled.mechanisms": "SCRAM-SHA-512",
+            "listener.name.sasl_plaintext.scram-sha-512.sasl.jaas.config": scram,
+            "listener.name.controller.sasl.enabled.mechanisms": "PLAIN",
+            "listener.name.controller.plain.sasl.jaas.config": plain,
+            "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+            "super.users": "User:admin",
+            "allow.everyone.if.no.acl.found": "false",
+        }
     settings = {
         "process.roles": "broker,controller",
         "node.id": node.node_id,
         "controller.quorum.voters": voters,  # static quorum: format needs no --standalone/--initial-controllers
-        "listeners": f"PLAINTEXT://{HOST}:{node.port},CONTROLLER://{HOST}:{node.controller_port}",
-        "advertised.listeners": f"PLAINTEXT://{HOST}:{node.port}",
-        "controller.listener.names": "CONTROLLER",
-        "inter.broker.listener.name": "PLAINTEXT",
-        "listener.security.protocol.map": "CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
+        **security,
         "log.dirs": node.data_dir,
         "default.replication.factor": rf,
         "min.insync.replicas": min_isr,
@@ -306,10 +333,17 @@ class LocalKafka:
     """A KRaft cluster of 1 or 3 combined nodes on 127.0.0.1 whose data and state file live in one directory."""
 
     def __init__(self, data_dir: Path | str | None = None, nodes: int | None = None, port: int | None = None,
-                 cache_root: Path | str | None = None) -> None:
+                 cache_root: Path | str | None = None, sasl: bool | None = None) -> None:
         self.data_dir = Path(data_dir) if data_dir else default_data_dir()
         self.cache_root = Path(cache_root) if cache_root else default_cache_root()
         state = self._read_state()
+        # SASL/SCRAM and ACLs are on for a new cluster unless asked otherwise; a data dir keeps what it was
+        # formatted with (one formatted before SASL existed here has no admin credential: plaintext).
+        saved_sasl = state.get("sasl", False) if state else None
+        if sasl is not None and saved_sasl is not None and sasl != saved_sasl:
+            raise ClusterMismatch(f"{self.data_dir} holds a cluster {'with' if saved_sasl else 'without'} SASL: "
+                                  f"{'drop --no-sasl' if saved_sasl else 'use --no-sasl'} or another --data-dir")
+        self.sasl = saved_sasl if saved_sasl is not None else (True if sasl is None else sasl)
         # An existing data dir fixes the cluster's shape; ports may change between runs while it is stopped.
         saved_nodes = len(state["nodes"]) if state else None
         if nodes is not None and saved_nodes is not None and nodes != saved_nodes:
@@ -349,6 +383,7 @@ class LocalKafka:
             "kafka_version": kafka_version(),
             "cluster_id": self.cluster_id,
             "base_port": self.base_port,
+            "sasl": self.sasl,
             "nodes": [{"node_id": n.node_id, "port": n.port, "controller_port": n.controller_port,
                        "pid": self._pids.get(n.node_id)} for n in self.nodes],
         }
@@ -386,9 +421,10 @@ class LocalKafka:
             log.info("fetching the Kafka %s jars with mvn into %s (once)", kafka_version(), libs)
         libs = ensure_jars(self.cache_root)
         self.cluster_id = self.cluster_id or new_cluster_id()
+        admin_password = self._admin_password() if self.sasl else None
         for node in self.nodes:
             node.directory.mkdir(parents=True, exist_ok=True)
-            node.properties_file.write_text(render_server_properties(node, self.nodes))
+            node.properties_file.write_text(render_server_properties(node, self.nodes, admin_password))
             node.log4j_file.write_text(render_log4j2(node))
         self._format([n for n in missing if not (n.data_dir / "meta.properties").exists()], java, libs)
         for node in missing:
@@ -396,17 +432,51 @@ class LocalKafka:
         self._write_state()
         try:
             self.wait_until_ready(timeout)
+            if self.sasl:
+                self._grant_standard_principals()
         except KafkaSetupError:
             self.stop()  # leave nothing half-started behind
             raise
         return self.bootstrap_servers
+
+    # -- principals ---------------------------------------------------------------------------------
+
+    def _admin_password(self) -> str:
+        """The admin's password from the principal store (made on first start), with the store's bootstrap."""
+        from events.auth import ADMIN, load_store, new_secret, save_store
+
+        store = load_store(self.data_dir)
+        principals = store.setdefault("principals", {})
+        principals.setdefault(ADMIN, {"password": new_secret()})
+        store["bootstrap"] = self.bootstrap_servers
+        save_store(store, self.data_dir)
+        return principals[ADMIN]["password"]
+
+    @property
+    def admin_credentials(self):
+        from events.auth import ADMIN, Credentials, load_store
+
+        if not self.sasl:
+            return None
+        return Credentials(ADMIN, load_store(self.data_dir)["principals"][ADMIN]["password"])
+
+    def _grant_standard_principals(self) -> None:
+        """Services, the operator, readers and the simulated fleet: created (idempotently) on every start."""
+        from events.auth import FLEET, OPERATOR, READER, SERVICES, AuthError, add_principals, service_principal
+
+        try:
+            add_principals(self.bootstrap_servers, [*map(service_principal, SERVICES), OPERATOR, READER, FLEET],
+                           data_dir=self.data_dir, admin=self.admin_credentials)
+        except AuthError as error:
+            raise BrokerStartFailed(str(error)) from None
 
     def _format(self, nodes: Sequence[NodeSpec], java: str, libs: Path) -> None:
         """Format storage of new nodes (in parallel: each is a JVM start), all with the one cluster id."""
         procs = [
             (node, subprocess.Popen(
                 [java, "-XX:TieredStopAtLevel=1", "-cp", f"{libs}/*", "kafka.tools.StorageTool", "format", "--ignore-formatted",
-                 "-t", str(self.cluster_id), "-c", str(node.properties_file)],
+                 "-t", str(self.cluster_id), "-c", str(node.properties_file),
+                 *(["--add-scram", f"SCRAM-SHA-512=[name=admin,password={self._admin_password()}]"] if self.sasl else [])],
                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
             for node in nodes
         ]
@@ -449,7 +519,7 @@ class LocalKafka:
                 break
         else:
             return []
-        return cluster_node_ids(self.bootstrap_servers, timeout)
+        return cluster_node_ids(self.bootstrap_servers, timeout, self.admin_credentials)
 
     def kill_node(self, node_id: int) -> None:
         """kill -9 one node, as a crashed machine would go (fault tests); `start()` brings it back."""
@@ -486,7 +556,9 @@ class LocalKafka:
         if (self.data_dir / STATE_FILE).exists():
             self._write_state()
 
-    def status(self, timeout: float = 3.0) -> ClusterStatus:
+    def status(self, timeout: float = 10.0) -> ClusterStatus:
+        """Which nodes run and which the cluster reports serving; `timeout` bounds the question to a cluster
+        whose ports are open (a SASL handshake per connection makes a loaded cluster slower to answer)."""
         nodes = tuple(NodeStatus(n.node_id, n.port, n.controller_port, self._pids.get(n.node_id), self._alive(n)) for n in self.nodes)
         answering = tuple(self._serving(timeout)) if any(n.alive for n in nodes) else ()
         return ClusterStatus(self.data_dir, self.cluster_id, self.bootstrap_servers, nodes, answering)
@@ -507,11 +579,17 @@ def quiet_logger() -> logging.Logger:
     return logger
 
 
-def cluster_node_ids(bootstrap_servers: str, timeout: float = 5.0) -> list[int]:
+def cluster_node_ids(bootstrap_servers: str, timeout: float = 5.0, credentials=None) -> list[int]:
     """The broker ids the cluster reports (empty if it does not answer in time)."""
     from confluent_kafka.admin import AdminClient
 
-    admin = AdminClient({"bootstrap.servers": bootstrap_servers, "logger": quiet_logger()})
+    from events.auth import AuthError, client_config
+
+    try:
+        config = client_config(bootstrap_servers, credentials, logger=quiet_logger())
+    except AuthError:
+        return []
+    admin = AdminClient(config)
     try:
         description = admin.describe_cluster(request_timeout=timeout).result(timeout=timeout + 1)
     except Exception:  # noqa: BLE001 - any failure (refused, timeout, no controller) means "not answering yet"

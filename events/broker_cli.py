@@ -21,6 +21,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     start.add_argument("--port", type=int, default=None,
                        help="base port (default 9092, or the last one used): node i listens on PORT+2i, its controller on PORT+2i+1")
     start.add_argument("--timeout", type=float, default=90.0, help="seconds to wait for the cluster to answer")
+    start.add_argument("--no-sasl", action="store_true",
+                       help="a new cluster without SASL/SCRAM and ACLs (plaintext, anyone on 127.0.0.1 may write "
+                            "anything). By default a new cluster authenticates every client and authorizes it by "
+                            "ACLs; its principals' secrets are in <data dir>/principals.json (`gangway principal`)")
     for action in (start, actions.add_parser("stop", help="stop the cluster (SIGTERM, SIGKILL after a grace)"),
                    actions.add_parser("status", help="print bootstrap servers and node pids; exit 0 if up, 4 if degraded (serving "
                                                        "without some nodes), 3 if down")):
@@ -45,11 +49,12 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _start(args: argparse.Namespace) -> int:
-    kafka = LocalKafka(data_dir=args.data_dir, nodes=args.nodes, port=args.port)
+    kafka = LocalKafka(data_dir=args.data_dir, nodes=args.nodes, port=args.port, sasl=False if args.no_sasl else None)
     began = time.monotonic()
     bootstrap = kafka.start(timeout=args.timeout, log=logging.getLogger("gangway"))
-    print(f"gangway: {len(kafka.nodes)}-node Kafka answering after {time.monotonic() - began:.1f} s (data: {kafka.data_dir})",
-          file=sys.stderr)
+    security = "SASL/SCRAM + ACLs, principals in principals.json" if kafka.sasl else "plaintext, no ACLs"
+    print(f"gangway: {len(kafka.nodes)}-node Kafka answering after {time.monotonic() - began:.1f} s ({security}; "
+          f"data: {kafka.data_dir})", file=sys.stderr)
     print(f"KAFKA_BOOTSTRAP_SERVERS={bootstrap}")  # stdout carries only this, so `eval "$(gangway kafka start)"` works
     return 0
 

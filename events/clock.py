@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 from confluent_kafka import Producer
 
+from events.auth import client_config, service_principal
 from events.broker import quiet_logger
 from events.codec import EventCodec
 from events.models import Envelope, Tick
@@ -64,8 +65,8 @@ def run_clock(bootstrap_servers: str, topics: TopicNames, cells: Sequence[str], 
     stopping = []
     signal.signal(signal.SIGTERM, lambda *_: stopping.append(True))
     signal.signal(signal.SIGINT, lambda *_: stopping.append(True))
-    producer = Producer({"bootstrap.servers": bootstrap_servers, "enable.idempotence": True, "acks": "all",
-                         "linger.ms": 5, "logger": quiet_logger()})
+    producer = Producer(client_config(bootstrap_servers, service_principal("clock"), **{
+        "enable.idempotence": True, "acks": "all", "linger.ms": 5, "logger": quiet_logger()}))
     codec = EventCodec()
     rounds = 0
     while not stopping and (max_ticks is None or rounds < max_ticks):

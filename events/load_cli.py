@@ -7,14 +7,13 @@ import os
 import signal
 import sys
 import time
-import uuid
 from pathlib import Path
 
 from events import models as m
 from events.clock import VirtualClock, epoch_from_env
 from events.load import PRODUCER, Slice, select, submissions, team_events
-from events.log import EventProducer
-from events.reader import LogReader
+from events.log import InputWriter
+from events.reader import LogReader, await_on_log
 from events.topics import cells_from_env, topic_names, topic_prefix
 from events.traces import trace_rows
 
@@ -75,9 +74,18 @@ def run(args: argparse.Namespace) -> int:
     print(f"gangway load: {len(jobs)} jobs of {len({j.team for j in jobs})} teams over {span_s:.0f} s of trace time "
           f"({span_s / args.speedup:.1f} s at speedup {args.speedup:g})"
           + (f"; left out {too_large} jobs of more than {args.max_gpus} GPUs" if too_large else ""), flush=True)
-    producer = EventProducer(args.bootstrap_servers, f"{topic_prefix()}gangway-load-{uuid.uuid4().hex[:8]}",
-                             topic_names(), cells)
-    written = play(producer, events + list(jobs), clock)
+    # Each team's jobs go to its input topic as its principal, definitions to the operators' (events/auth.py).
+    producer = InputWriter(args.bootstrap_servers, topic_names(), cells, topic_prefix())
+    if events:
+        # Definitions (the operators' input) and jobs (the teams') reach the log through different input topics:
+        # the teams must be on the log before their first job is.
+        producer.write(events)
+        missing = await_on_log([e.envelope.event_id for e in events], cells, args.bootstrap_servers, cells)
+        if missing:
+            print(f"gangway load: {len(missing)} team definitions are not on the log after 30 s: is the intake "
+                  f"running (`gangway run intake`)?", file=sys.stderr)
+            return 1
+    written = len(events) + play(producer, list(jobs), clock)
     print(f"gangway load: wrote {written} events", flush=True)
     return 0 if written == len(events) + len(jobs) else 1
 
@@ -89,7 +97,7 @@ def already_written(bootstrap: str, cells: tuple[str, ...]) -> dict[str, int]:
                 if r.event is not None and r.event.envelope.producer == PRODUCER}
 
 
-def play(producer: EventProducer, events: list[m.Event], clock: VirtualClock) -> int:
+def play(producer: InputWriter, events: list[m.Event], clock: VirtualClock) -> int:
     """Writes each event once the clock reaches its time (in time order); returns how many, until SIGTERM / SIGINT."""
     stopping: list[bool] = []
     signal.signal(signal.SIGTERM, lambda *_: stopping.append(True))

@@ -11,12 +11,14 @@ from __future__ import annotations
 import hashlib
 import logging
 import time
+import uuid
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
+from events.auth import Credentials, client_config
 from events.broker import quiet_logger
 from events.codec import EventCodec, UndecodableEvent
 from events.models import DeadLetter, Envelope, Event
@@ -40,19 +42,27 @@ class LogRecord:
     event: Event | None
     error: UndecodableEvent | None = None
     timestamp_ms: int = 0  # when its producer made it (Kafka's CreateTime): for latency accounting only
+    headers: tuple[tuple[str, bytes], ...] = ()
 
-    def dead_letter(self, producer: str, at: int) -> DeadLetter:
-        """The dead-letter event that keeps these bytes and why they could not be read. Key and value are cut
-        to their first KEPT_BYTES (with the whole value's size and SHA-256), so a letter always fits the topic
-        whatever arrived."""
-        assert self.error is not None
+    def header(self, name: str) -> str | None:
+        """A record header's value as text (the last one of that name), or None."""
+        for key, value in reversed(self.headers):
+            if key == name and value is not None:
+                return value.decode(errors="replace")
+        return None
+
+    def dead_letter(self, producer: str, at: int, reason: str | None = None) -> DeadLetter:
+        """The dead-letter event that keeps these bytes and why they could not be read (or, with `reason`, why
+        they may not be taken in). Key and value are cut to their first KEPT_BYTES (with the whole value's size
+        and SHA-256), so a letter always fits the topic whatever arrived."""
+        assert self.error is not None or reason is not None
         value = self.value or b""
         return DeadLetter(
             envelope=Envelope(event_id=f"{producer}-deadletter-{self.partition}-{self.offset}", cell="-", at=at,
                               producer=producer),
             source_topic=self.topic, source_partition=self.partition, source_offset=self.offset,
             key=None if self.key is None else self.key[:KEPT_BYTES],
-            value=None if self.value is None else value[:KEPT_BYTES], error=str(self.error)[:4096],
+            value=None if self.value is None else value[:KEPT_BYTES], error=(reason or str(self.error))[:4096],
             value_size=len(value), value_sha256=hashlib.sha256(value).hexdigest(),
         )
 
@@ -81,15 +91,24 @@ class ProducerFenced(RuntimeError):
 _FENCED = (KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH)
 
 
+Headers = Sequence[tuple[str, bytes | str]]
+
+
 class EventProducer:
-    """Writes events to their cell's partition, inside Kafka transactions."""
+    """Writes events to their cell's partition, inside Kafka transactions. With `inputs`, a writer from outside
+    the control plane (launcher, agent, fleet): every event goes to its input topic instead (events/topics.py;
+    an agent's all to its node's), for the intake to take into the cell's log. `principal` names the Kafka identity (events/auth.py)."""
 
     def __init__(self, bootstrap_servers: str, transactional_id: str, topics: TopicNames, cells: Sequence[str],
-                 codec: EventCodec | None = None, transaction_timeout_ms: int = 10_000) -> None:
+                 codec: EventCodec | None = None, transaction_timeout_ms: int = 10_000,
+                 principal: str | Credentials | None = None, inputs: bool | Callable[[Event], str] = False) -> None:
         self.topics, self.cells = topics, tuple(cells)
         self.codec = codec or EventCodec()
+        self.inputs = inputs  # True: each event's input topic (TopicNames.input_topic); or a function choosing it
+        self.bootstrap, self.principal = bootstrap_servers, principal
+        self._made: set[str] = set()  # input topics known to exist
         self._config = {
-            "bootstrap.servers": bootstrap_servers,
+            **client_config(bootstrap_servers, principal),
             "transactional.id": transactional_id,
             "transaction.timeout.ms": transaction_timeout_ms,
             "enable.idempotence": True,
@@ -110,7 +129,8 @@ class EventProducer:
 
     def write(self, events: Sequence[Event] = (), heartbeats: Sequence[Event] = (),
               letters: Sequence[DeadLetter] = (), consumer: EventConsumer | None = None,
-              consumed: Sequence[LogRecord] = (), give_up_after_s: float = 120.0, recover_fenced: bool = True) -> None:
+              consumed: Sequence[LogRecord] = (), give_up_after_s: float = 120.0, recover_fenced: bool = True,
+              headers: Callable[[Event], Headers | None] | None = None) -> None:
         """Writes events, heartbeats and dead letters, with the offsets after `consumed`, in one transaction, and
         sees it through a broker's failover: a commit that times out is retried, a transaction the broker
         aborted is written again, a producer the broker can no longer use (or fenced once, as a failover can do)
@@ -123,9 +143,9 @@ class EventProducer:
             try:
                 with self.transaction(consumer, consumed):
                     for event in events:
-                        self.produce(event)
+                        self.produce(event, headers(event) if headers else None)
                     for event in heartbeats:
-                        self.produce_heartbeat(event)
+                        self.produce_heartbeat(event, headers(event) if headers else None)
                     for letter in letters:
                         self.produce_dead_letter(letter)
                 return
@@ -147,16 +167,35 @@ class EventProducer:
             time.sleep(pause)
             pause = min(pause * 2, 2.0)
 
-    def produce(self, event: Event) -> None:
+    def produce(self, event: Event, headers: Headers | None = None) -> None:
         cell = event.envelope.cell
+        if self.inputs:
+            self._produce_input(event, headers)
+            return
         self._producer.produce(self.topics.events, key=cell.encode(), value=self.codec.encode(event),
-                               partition=cell_partition(self.cells, cell))
+                               partition=cell_partition(self.cells, cell), headers=headers)
 
-    def produce_heartbeat(self, event: Event) -> None:
+    def produce_heartbeat(self, event: Event, headers: Headers | None = None) -> None:
         """Heartbeats go to the short-retention heartbeat topic, same cell partition as the main log."""
         cell = event.envelope.cell
+        if self.inputs:
+            self._produce_input(event, headers)
+            return
         self._producer.produce(self.topics.heartbeats, key=cell.encode(), value=self.codec.encode(event),
-                               partition=cell_partition(self.cells, cell))
+                               partition=cell_partition(self.cells, cell), headers=headers)
+
+    def produce_to(self, topic: str, partition: int, value: bytes, key: bytes | None = None,
+                   headers: Headers | None = None) -> None:
+        """Raw bytes to a topic's partition (the intake copies a record's value as it came)."""
+        self._producer.produce(topic, key=key, value=value, partition=partition, headers=headers)
+
+    def _produce_input(self, event: Event, headers: Headers | None) -> None:
+        topic = self.inputs(event) if callable(self.inputs) else self.topics.input_topic(event)
+        if topic not in self._made:
+            ensure_input_topic(self.bootstrap, self.principal, topic)
+            self._made.add(topic)
+        self._producer.produce(topic, key=event.envelope.cell.encode(), value=self.codec.encode(event),
+                               partition=0, headers=headers)
 
     def produce_dead_letter(self, letter: DeadLetter) -> None:
         self._producer.produce(self.topics.deadletter, key=letter.key, value=self.codec.encode(letter), partition=0)
@@ -202,18 +241,36 @@ class EventProducer:
         self._producer.flush(timeout)
 
 
+def ensure_input_topic(bootstrap: str, principal: str | Credentials | None, topic: str, timeout: float = 30.0) -> None:
+    """Creates an input topic (one partition; inputs are taken into the cells' logs within seconds, so a week
+    of retention is plenty) unless it exists; its owner may create it (events/auth.py)."""
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    admin = AdminClient(client_config(bootstrap, principal, logger=quiet_logger()))
+    try:
+        for future in admin.create_topics([NewTopic(topic, num_partitions=1, replication_factor=-1,
+                                                    config={"retention.ms": str(7 * 24 * 3600 * 1000)})],
+                                          request_timeout=timeout).values():
+            future.result(timeout=timeout)
+    except KafkaException as error:
+        if error.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
+            raise
+
+
 class EventConsumer:
     """Reads committed events of some cells' partitions, decoding as it goes."""
 
     def __init__(self, bootstrap_servers: str, group_id: str, topics: TopicNames, cells: Sequence[str],
-                 assign: Sequence[str] | None = None, codec: EventCodec | None = None) -> None:
+                 assign: Sequence[str] | None = None, codec: EventCodec | None = None,
+                 principal: str | Credentials | None = None, **config: object) -> None:
         self.topics, self.cells = topics, tuple(cells)
         self.codec = codec or EventCodec()
         self._pending: dict[tuple[str, int], int] = {}
+        self._pattern = False
         self.decode_seconds = 0.0  # time spent decoding, for the service's timings
         self._last_commit = 0.0
         self._consumer = Consumer({
-            "bootstrap.servers": bootstrap_servers,
+            **client_config(bootstrap_servers, principal),
             "group.id": group_id,
             "enable.auto.commit": False,
             "auto.offset.reset": "earliest",
@@ -225,6 +282,7 @@ class EventConsumer:
             # service upstream is seen within milliseconds, not librdkafka's default half second.
             "fetch.wait.max.ms": 10,
             "logger": quiet_logger(),
+            **config,
         })
         if assign is not None:
             self.assign_cells(assign)
@@ -239,6 +297,7 @@ class EventConsumer:
     def subscribe(self, topics: Sequence[str], on_assign: Callable, on_revoke: Callable) -> None:
         """Joins the consumer group: partitions (cells) are shared among replicas and move when one dies.
         `on_assign(consumer, partitions)` may set each partition's start offset before reading begins."""
+        self._pattern = any(t.startswith("^") for t in topics)
         self._consumer.subscribe(list(topics), on_assign=on_assign, on_revoke=on_revoke, on_lost=on_revoke)
 
     def cluster_id(self) -> str:
@@ -261,13 +320,16 @@ class EventConsumer:
             if message.error() is not None:
                 if message.error().code() == KafkaError._PARTITION_EOF:
                     continue
+                if self._pattern and message.error().code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
+                    continue  # a pattern that matches no topic yet (no team or node has written)
                 raise KafkaException(message.error())
             try:
                 event, error = self.codec.decode(message.value()), None
             except UndecodableEvent as undecodable:
                 event, error = None, undecodable
             records.append(LogRecord(message.topic(), message.partition(), message.offset(), message.key(),
-                                     message.value(), event, error, message.timestamp()[1]))
+                                     message.value(), event, error, message.timestamp()[1],
+                                     tuple(message.headers() or ())))
         self.decode_seconds += time.perf_counter() - began
         return records
 
@@ -306,3 +368,43 @@ class EventConsumer:
     def raw(self) -> Consumer:
         """The confluent-kafka consumer, for the rebalance callbacks' assign()."""
         return self._consumer
+
+
+def input_principal(topics: TopicNames, event: Event) -> str:
+    """The principal that owns an input's topic: team.T, agent.N or operator (events/auth.py)."""
+    kind, name = topics.source_of(topics.input_topic(event)) or ("operator", "")
+    return {"team": f"team.{name}", "node": f"agent.{name}"}.get(kind, "operator")
+
+
+class InputWriter:
+    """Writes inputs from outside the control plane to their input topics, each as the principal that owns
+    it: one transactional producer per principal, made when first needed (the launcher, the trace loader and
+    the demo write for several teams and the operators)."""
+
+    def __init__(self, bootstrap: str, topics: TopicNames, cells: Sequence[str], name_prefix: str = "",
+                 principal: str | Credentials | None = None) -> None:
+        self.bootstrap, self.topics, self.cells, self.name_prefix = bootstrap, topics, tuple(cells), name_prefix
+        self.principal = principal  # one fixed identity (the fleet's), else each input's owner
+        self._producers: dict[str, EventProducer] = {}
+
+    def producer(self, event: Event) -> EventProducer:
+        owner = self.principal if self.principal is not None else input_principal(self.topics, event)
+        key = owner.user if isinstance(owner, Credentials) else owner
+        if key not in self._producers:
+            self._producers[key] = EventProducer(
+                self.bootstrap, f"{self.name_prefix}gangway-launcher-{key}-{uuid.uuid4().hex}", self.topics,
+                self.cells, principal=owner, inputs=True)
+        return self._producers[key]
+
+    def write(self, events: Sequence[Event], headers: Callable[[Event], Headers | None] | None = None) -> None:
+        """One transaction per principal, in the order of each one's events."""
+        by_producer: dict[int, tuple[EventProducer, list[Event]]] = {}
+        for event in events:
+            producer = self.producer(event)
+            by_producer.setdefault(id(producer), (producer, []))[1].append(event)
+        for producer, owned in by_producer.values():
+            producer.write(owned, headers=headers)
+
+    def flush(self) -> None:
+        for producer in self._producers.values():
+            producer.flush()

@@ -85,6 +85,8 @@ class Reason(StrEnum):
     FOLD_FAILED = "FOLD_FAILED"
     DECISION_FAILED = "DECISION_FAILED"
     DECISION_UNENCODABLE = "DECISION_UNENCODABLE"
+    # provenance (events/auth.py, services/intake.py): a record whose writer may not write it
+    NOT_ITS_WRITER = "NOT_ITS_WRITER"
 
 
 class XidAction(StrEnum):
@@ -119,6 +121,10 @@ class Envelope(Record):
     basis_offset: int | None = Field(default=None, description="for decisions: log offset of the event the decision was made on")
     policy_version: str | None = Field(default=None, description="for decisions: version of the policy that made it")
     reason: Reason = Field(default=Reason.UNSPECIFIED, description="for decisions: why")
+    origin: str | None = Field(default=None, description="for inputs taken in by the intake: the writer its input topic "
+                                                         "proves, 'team/<T>', 'node/<N>' or 'operator'")
+    origin_offset: int | None = Field(default=None, description="for inputs taken in by the intake: the record's offset "
+                                                                "in its input topic")
 
 
 class Event(Record):
@@ -243,6 +249,7 @@ class JobCancelRequested(Event):
     """A user asks to cancel a job, wherever it is in its lifecycle."""
 
     job_id: str
+    team: str | None = Field(default=None, description="the team asking, which must be the job's own")
 
 
 # --- nodes, GPUs and heartbeats (node agents) ----------------------------------------------

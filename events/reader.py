@@ -10,11 +10,13 @@ of committed transactions only, in offset order, each with its offset (undecodab
 from __future__ import annotations
 
 import os
+import time
 import uuid
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 
 from confluent_kafka import TopicPartition
 
+from events.auth import READER, Credentials
 from events.log import EventConsumer, LogRecord, retrying
 from events.topics import TopicNames, cell_partition, cells_from_env, topic_names
 
@@ -28,7 +30,7 @@ class LogReader:
 
     def __init__(self, cells: Sequence[str], bootstrap_servers: str | None = None, start: int | Mapping[str, int] = 0,
                  all_cells: Sequence[str] | None = None, topics: TopicNames | None = None,
-                 topic: str | None = None) -> None:
+                 topic: str | None = None, principal: str | Credentials | None = READER) -> None:
         self.all_cells = tuple(all_cells or cells_from_env())
         self.topics = topics or topic_names()
         self.topic = topic or self.topics.events  # the main log; the heartbeat topic for side input
@@ -39,7 +41,7 @@ class LogReader:
         self.partitions = {cell_partition(self.all_cells, c): c for c in self.cells}
         self.starts = {c: max(0, start if isinstance(start, int) else start.get(c, 0)) for c in self.cells}
         self._consumer = EventConsumer(bootstrap_servers or default_bootstrap(), f"reader-{uuid.uuid4().hex}",
-                                       self.topics, self.all_cells)
+                                       self.topics, self.all_cells, principal=principal)
         self._consumer.raw.assign([TopicPartition(self.topic, p, self.starts[c])
                                    for p, c in sorted(self.partitions.items())])
 
@@ -97,3 +99,19 @@ def read_log(cell: str, bootstrap_servers: str | None = None, start: int = 0, to
     """One cell's committed log from `start` up to `to` or its end, as records."""
     with LogReader([cell], bootstrap_servers, start, all_cells, topics) as reader:
         return list(reader.read(to))
+
+
+def await_on_log(event_ids: Iterable[str], cells: Sequence[str], bootstrap_servers: str | None = None,
+                 all_cells: Sequence[str] | None = None, topics: TopicNames | None = None,
+                 timeout: float = 30.0) -> set[str]:
+    """Follows the cells' logs until every one of `event_ids` is on them (the intake has taken in what a writer
+    wrote to its input topics: inputs of different topics are ordered only once there); returns the ids still
+    missing when `timeout` seconds have passed (empty when all arrived)."""
+    missing = set(event_ids)
+    deadline = time.monotonic() + timeout
+    with LogReader(cells, bootstrap_servers, 0, all_cells, topics) as reader:
+        while missing and time.monotonic() < deadline:
+            for record in reader.poll(0.2):
+                if record.event is not None:
+                    missing.discard(record.event.envelope.event_id)
+    return missing

@@ -15,6 +15,9 @@ if TYPE_CHECKING:
 EVENTS = "gangway.events"
 HEARTBEATS = "gangway.heartbeats"
 DEADLETTER = "gangway.deadletter"
+#: Input topics: one per team (requests), one for operators, one per node (agent facts and heartbeats). Only the
+#: principal that owns one may write it (events/auth.py); the intake takes them into the cells' logs.
+INPUTS = "gangway.in."
 DEFAULT_CELLS = ("cell-a",)
 
 HOUR_MS = 60 * 60 * 1000
@@ -40,6 +43,43 @@ class TopicNames:
     events: str
     heartbeats: str
     deadletter: str
+
+    @property
+    def inputs(self) -> str:
+        """The prefix of every input topic (topic prefix included)."""
+        return self.events.removesuffix(EVENTS) + INPUTS
+
+    def team_input(self, team: str) -> str:
+        return f"{self.inputs}team.{team}"
+
+    def node_input(self, node: str) -> str:
+        return f"{self.inputs}node.{node}"
+
+    @property
+    def operator_input(self) -> str:
+        return f"{self.inputs}operator"
+
+    def source_of(self, topic: str) -> tuple[str, str] | None:
+        """("team", T), ("node", N) or ("operator", "") for an input topic; None for any other topic."""
+        if not topic.startswith(self.inputs):
+            return None
+        rest = topic[len(self.inputs):]
+        if rest == "operator":
+            return "operator", ""
+        kind, _, name = rest.partition(".")
+        return (kind, name) if kind in ("team", "node") and name else None
+
+    def input_topic(self, event) -> str:
+        """Where an event from outside the control plane is written: its team's, its node's or the operators'
+        input topic. Decisions and Ticks are the services' and go to the main log."""
+        from events import models as m
+
+        if isinstance(event, (m.JobSubmitted, m.JobCancelRequested)) and event.team:
+            return self.team_input(event.team)
+        node = m.field_of(event, "node")
+        if node is not None and not isinstance(event, (m.NodeCordoned, m.NodeUncordoned)):
+            return self.node_input(node)
+        return self.operator_input
 
 
 def topic_prefix(env: Mapping[str, str] = os.environ) -> str:

@@ -6,7 +6,8 @@ import argparse
 import os
 import sys
 
-from events.broker import cluster_node_ids, quiet_logger
+from events.auth import AuthError, admin_client
+from events.broker import cluster_node_ids
 from events.topics import TopicError, cell_partition, cells_from_env, describe_topics, ensure_topics, validate_cells
 
 
@@ -22,7 +23,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     from confluent_kafka import KafkaException
-    from confluent_kafka.admin import AdminClient
 
     try:
         cells = validate_cells([c.strip() for c in args.cells.split(",") if c.strip()]) if args.cells else cells_from_env()
@@ -31,10 +31,10 @@ def run(args: argparse.Namespace) -> int:
             print(f"gangway: Kafka does not answer at {args.bootstrap_servers} (start one with `gangway kafka start`)", file=sys.stderr)
             return 1
         rf = args.replication_factor or (3 if len(brokers) >= 3 else 1)
-        admin = AdminClient({"bootstrap.servers": args.bootstrap_servers, "logger": quiet_logger()})
+        admin = admin_client(args.bootstrap_servers)
         specs = ensure_topics(admin, cells, rf, timeout=args.timeout)
         states = describe_topics(admin, specs, timeout=args.timeout)
-    except TopicError as error:
+    except (TopicError, AuthError) as error:
         print(f"gangway: {error}", file=sys.stderr)
         return 1
     except KafkaException as error:

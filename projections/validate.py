@@ -53,12 +53,93 @@ _RUNS = (JobState.PLACED, JobState.RUNNING, JobState.PREEMPTING)
 _FREE_TEXT = frozenset({"detail", "message", "error", "command", "env", "working_dir", "checkpoint_dir"})
 
 
-def refusal(state, event: m.Event) -> Refusal | None:
-    """Why the cell must not fold `event` now, or None. Pure; `state` is a CellState. Decisions are not checked
-    here: the fold validates them against the state (a stale one is superseded), and their fields come from
-    records that passed this check."""
+#: Which service makes each decision: a decision that names another producer is refused (NOT_ITS_WRITER), so a
+#: record on the log that claims to be a decision from anything but the service that decides it is never folded.
+#: (Kafka's ACLs let only services write the cell's log at all: events/auth.py.)
+SERVICES = frozenset({"admitter", "placer", "preemptor", "recovery"})
+DECIDED_BY: dict[type, frozenset[str]] = {
+    **dict.fromkeys((m.JobQueued, m.JobAdmitted, m.JobRejected, m.JobCancelled), frozenset({"admitter"})),
+    m.PlacementPending: frozenset({"placer"}),
+    **dict.fromkeys((m.PreemptionRequested, m.JobPreempted), frozenset({"preemptor"})),
+    # A NodeFailed may also be an operator's (an admin's; scenarios fail nodes so); inputs never carry decisions.
+    m.NodeFailed: frozenset({"recovery", "operator"}),
+    **dict.fromkeys((m.GpuFaulted, m.NodeRecovered, m.SpareActivated, m.JobInterrupted,
+                     m.JobRequeued, m.JobSucceeded, m.JobFailed), frozenset({"recovery"})),
+    m.RequestRejected: frozenset({"admitter", "recovery"}),
+    m.PreemptionWithdrawn: frozenset({"preemptor"}),
+    m.CapacityHeld: frozenset({"preemptor", "recovery"}),  # freed for a beneficiary; kept through a back-off
+    m.CapacityReleased: frozenset({"preemptor", "admitter"}),
+}
+#: What each kind of input topic may carry (services/intake.py takes them in and stamps `envelope.origin`).
+FROM_TEAM = (m.JobSubmitted, m.JobCancelRequested)
+#: An agent may configure a cell that nobody has configured yet (its topology levels, so that the first agents
+#: of a new cell can register); once configured, only operators reconfigure it.
+FROM_NODE = (m.NodeRegistered, m.NodeHeartbeat, m.GpuErrorReported, m.NodeHealthCheckPassed, m.WorkerStarted,
+             m.WorkerExited, m.CheckpointCompleted, m.CellConfigured)
+FROM_OPERATOR = (m.CellConfigured, m.CohortDefined, m.TeamDefined, m.QuotaSet, m.PriorityClassDefined,
+                 m.NodeCordoned, m.NodeUncordoned)
+
+
+def not_its_writer(event: m.Event, origin: str | None) -> str:
+    """Why the writer that `origin` proves ('team/T', 'node/N', 'operator') may not write `event`, or ''. Pure;
+    the intake asks it of every input before taking it in, and the fold asks it again."""
+    kind, _, name = (origin or "").partition("/")
     if event.is_decision:
+        return f"a {event.event_type} from {origin}: only services decide"
+    if kind == "team":
+        if not isinstance(event, FROM_TEAM):
+            return f"a {event.event_type} from team {name}'s input: a team writes only submissions and cancels"
+        if event.team != name:
+            return f"a {event.event_type} for team {event.team!r} from team {name}'s input"
+    elif kind == "node":
+        if not isinstance(event, FROM_NODE):
+            return f"a {event.event_type} from node {name}'s input: an agent writes only its node's facts"
+        node = m.field_of(event, "node")
+        if node is not None and node != name:
+            return f"a {event.event_type} about node {node!r} from node {name}'s input"
+    elif kind == "operator":
+        if not isinstance(event, FROM_OPERATOR):
+            return f"a {event.event_type} from the operators' input: operators write configuration and cordons"
+    elif origin is not None:
+        return f"unknown origin {origin!r}"
+    return ""
+
+
+def _provenance(state, event: m.Event) -> Refusal | None:
+    """A decision from a producer that does not make it, or an input its origin may not write."""
+    if event.is_decision:
+        producer = event.envelope.producer
+        allowed = DECIDED_BY.get(type(event), SERVICES)
+        if producer not in allowed:
+            return Refusal(Reason.NOT_ITS_WRITER, f"a {event.event_type} from {_short(producer)!r}: only "
+                                                  f"{', '.join(sorted(allowed))} may decide it")
         return None
+    origin = event.envelope.origin
+    why = not_its_writer(event, origin) if origin is not None else ""
+    if not why and isinstance(event, m.JobCancelRequested) and event.team is not None:
+        job = state.jobs.get(event.job_id)
+        if job is not None and job.team != event.team:
+            why = f"team {event.team} may not cancel {event.job_id}, a job of team {job.team}"
+    if not why and isinstance(event, m.CellConfigured) and (origin or "").startswith("node/") and \
+            state.cluster.levels and (tuple(event.topology_levels), Limits.of(event)) != (tuple(state.cluster.levels),
+                                                                                         state.limits):
+        why = f"{origin} may not reconfigure cell {state.cell}, which is configured: operators do"
+    if not why and isinstance(event, m.CheckpointCompleted) and origin is not None and origin.startswith("node/"):
+        job = state.jobs.get(event.job_id)
+        node = origin.removeprefix("node/")
+        if job is not None and event.attempt == job.attempt and job.assignments and \
+                node not in {n for _, n, _ in job.assignments}:
+            why = f"node {node} reports a checkpoint of {event.job_id} attempt {event.attempt}, which runs elsewhere"
+    return Refusal(Reason.NOT_ITS_WRITER, why[:MAX_DETAIL_LENGTH]) if why else None
+
+
+def refusal(state, event: m.Event) -> Refusal | None:
+    """Why the cell must not fold `event` now, or None. Pure; `state` is a CellState. Decisions are checked only
+    for their producer here: the fold validates them against the state (a stale one is superseded), and their
+    fields come from records that passed this check."""
+    forged = _provenance(state, event)
+    if forged is not None or event.is_decision:
+        return forged
     limits: Limits = state.limits
     envelope = event.envelope
     if state.cell and envelope.cell != state.cell:

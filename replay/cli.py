@@ -7,7 +7,7 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
-from events import broker_cli, load_cli, schemas_cli, topics_cli
+from events import broker_cli, load_cli, principal_cli, schemas_cli, topics_cli, trace_cli
 from projections import watch
 from replay import demo, log_cli, rebuild, verify
 from replay.api import cli as api_cli
@@ -23,6 +23,8 @@ SUBCOMMANDS: tuple[tuple[str, str, Any], ...] = (
     ("demo", "the whole system on a local broker: services, a simulated fleet, teams replaying a trace, shown live",
      demo),
     ("kafka", "start, stop or inspect the local Apache Kafka broker (no Docker needed)", broker_cli),
+    ("principal", "create Kafka principals (teams' launchers, agents, services, readers) and print their secrets",
+     principal_cli),
     ("topics", "create Gangway's topics and print the topic catalogue", topics_cli),
     ("schemas", "list, check, write and release the Avro event schemas", schemas_cli),
     ("run", "run a service (admitter, placer, preemptor, recovery), the clock, or all of them on Kafka", run_cli),
@@ -37,6 +39,7 @@ SUBCOMMANDS: tuple[tuple[str, str, Any], ...] = (
     ("api", "the read-model query API (HTTP JSON, OpenAPI) and the live dashboard, with its projector", api_cli),
     ("sim", "replay job traces in virtual time under a policy (or compare policies) and measure", sim_cli),
     *launcher_cli.COMMANDS,
+    ("trace", "print a job's trace: the span tree from submission through every decision to the agents", trace_cli),
     ("agent", "run a node agent: register a node, heartbeat, run its placed workers as real processes", agent_cli),
 )
 

@@ -25,15 +25,25 @@ import time
 import uuid
 from pathlib import Path
 
-from confluent_kafka.admin import AdminClient
 from rich.console import Console, Group
 from rich.live import Live
 from rich.text import Text
 
 from events import models as m
-from events.broker import KafkaSetupError, LocalKafka, quiet_logger
+from events.auth import (
+    OPERATOR,
+    READER,
+    SERVICES,
+    AuthError,
+    add_principals,
+    admin_client,
+    load_store,
+    service_principal,
+    team_principal,
+)
+from events.broker import KafkaSetupError, LocalKafka
 from events.clock import VirtualClock
-from events.log import EventProducer
+from events.log import InputWriter
 from events.reader import LogReader
 from events.submission import job_submitted
 from events.topics import ensure_topics, topic_names
@@ -80,9 +90,14 @@ def run(args: argparse.Namespace) -> int:
     epoch = time.time()
     env = dict(os.environ, GANGWAY_TOPIC_PREFIX=prefix, GANGWAY_EPOCH=repr(epoch), KAFKA_BOOTSTRAP_SERVERS=bootstrap,
                GANGWAY_CELLS=CELL)
-    ensure_topics(AdminClient({"bootstrap.servers": bootstrap, "logger": quiet_logger()}), [CELL], 1, prefix=prefix)
+    ensure_topics(admin_client(bootstrap), [CELL], 1, prefix=prefix)
     topics = topic_names(prefix)
-    demo = Demo(args, bootstrap, topics, env, state_dir, VirtualClock.anchored(args.speedup, epoch))
+    try:
+        tokens = _principals(bootstrap, prefix)
+    except AuthError as error:
+        print(f"gangway demo: {error}", file=sys.stderr)
+        return 1
+    demo = Demo(args, bootstrap, topics, env, state_dir, VirtualClock.anchored(args.speedup, epoch), tokens)
     print(f"gangway demo: broker {bootstrap}, topics {prefix}*, logs in {state_dir}", flush=True)
     print(f"gangway demo: dashboard {demo.dashboard_url}", flush=True)
     try:
@@ -100,7 +115,7 @@ class Demo:
     """The processes of one demo run and the live view of its cell."""
 
     def __init__(self, args: argparse.Namespace, bootstrap: str, topics, env: dict[str, str], state_dir: Path,
-                 clock: VirtualClock) -> None:
+                 clock: VirtualClock, tokens: dict | None = None) -> None:
         self.args, self.bootstrap, self.topics, self.env, self.state_dir, self.clock = (
             args, bootstrap, topics, env, state_dir, clock)
         self.children: dict[str, subprocess.Popen] = {}
@@ -111,7 +126,10 @@ class Demo:
         self.reclaim: str | None = None
         self.live: Live | None = None
         self.api_port = _free_port(args.api_port)
-        self.operator_token = secrets.token_urlsafe(16)
+        # On the local broker the API's tokens are the principals' (events/auth.py); elsewhere made up here.
+        self.tokens = tokens or {"operator": secrets.token_urlsafe(16),
+                                 "teams": {Path(t).stem: secrets.token_urlsafe(16) for t in TRACES}}
+        self.operator_token = self.tokens["operator"]
         self.dashboard_url = f"http://127.0.0.1:{self.api_port}/#token={self.operator_token}"
 
     def start(self, name: str, *argv: str) -> None:
@@ -125,7 +143,7 @@ class Demo:
         speed = ["--speedup", str(a.speedup)]
         tokens = self.state_dir / "api-tokens.yaml"
         tokens.write_text(f"operator: {self.operator_token}\nteams:\n"
-                          + "".join(f"  {Path(t).stem}: {secrets.token_urlsafe(16)}\n" for t in TRACES))
+                          + "".join(f"  {team}: {token}\n" for team, token in sorted(self.tokens["teams"].items())))
         self.start("api", "api", "--port", str(self.api_port), "--tokens", str(tokens), "--db",
                    str(self.state_dir / "readmodel"), "--cells", CELL, "--bootstrap-servers", self.bootstrap)
         self.start("services", "run", "all", *speed, "--tick-interval", "0.5", "--state-dir",
@@ -182,8 +200,8 @@ class Demo:
             return
         workers = min(room[lender], 64) // 8
         self.reclaim = f"{lender}-reclaim"
-        producer = EventProducer(self.bootstrap, f"demo-launcher-{uuid.uuid4().hex}", self.topics, [CELL])
-        producer.write([job_submitted(self.reclaim, lender, workers, 8, "H100", cell=CELL, at=self.clock.now_ms(),
+        writer = InputWriter(self.bootstrap, self.topics, [CELL], self.env["GANGWAY_TOPIC_PREFIX"])
+        writer.write([job_submitted(self.reclaim, lender, workers, 8, "H100", cell=CELL, at=self.clock.now_ms(),
                                       labels={"duration_ms": str(30 * 60_000)})])
 
     def _show(self, elapsed: float) -> None:
@@ -230,6 +248,18 @@ class Demo:
             f"  processes' logs: {self.state_dir} (team tokens for the dashboard: api-tokens.yaml)",
         ]
         return "\n".join(lines)
+
+
+def _principals(bootstrap: str, prefix: str) -> dict | None:
+    """On the local broker with SASL: the demo's principals (services, the fleet, readers, the operator and its
+    three teams) granted on its topics, and the API tokens of the operator and teams; None elsewhere."""
+    store = load_store()
+    if not store or set(store.get("bootstrap", "").split(",")) != set(bootstrap.split(",")):
+        return None
+    teams = [Path(t).stem for t in TRACES]
+    names = [*map(service_principal, SERVICES), OPERATOR, READER, "fleet", *map(team_principal, teams)]
+    entries = add_principals(bootstrap, names, topic_prefix=prefix, name_prefix=prefix)
+    return {"operator": entries[OPERATOR]["token"], "teams": {t: entries[team_principal(t)]["token"] for t in teams}}
 
 
 def _free_port(preferred: int) -> int:

@@ -143,6 +143,11 @@ def _verify(args: argparse.Namespace) -> int:
         verdicts.append(verdict)
         print(f"{name:10} reproduced {verdict.reproduced:,}; missing {len(verdict.missing)}, "
               f"different {len(verdict.different)}, extra {len(verdict.extra)}")
+    forged = [e for _, e in log.records
+              if isinstance(e, m.RecordRefused) and e.envelope.reason == m.Reason.NOT_ITS_WRITER]
+    if forged:  # reproduced like any refusal; still worth an operator's eye
+        print(f"{len(forged):,} records refused because their writer may not write them (NOT_ITS_WRITER), e.g. "
+              f"offset {forged[0].refused_offset}: {forged[0].detail}")
     failed = [v for v in verdicts if not v.ok]
     print(f"{len(log.records):,} events read from {log.origin}; "
           + ("some decisions were not reproduced" if failed else "every decision reproduced"))

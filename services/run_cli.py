@@ -12,10 +12,12 @@ import sys
 import time
 from pathlib import Path
 
+from events.auth import AuthError
 from events.clock import VirtualClock, epoch_from_env, run_clock
 from events.topics import cells_from_env, topic_names, topic_prefix
 from projections.store import StoreMismatch
 from services.admitter.decide import Admitter
+from services.intake import Intake
 from services.placer.decide import Placer
 from services.policies import UnknownPolicy, resolve
 from services.preemptor.decide import Preemptor
@@ -23,12 +25,13 @@ from services.recovery.decide import Recovery
 from services.shell import ServiceShell
 
 DECIDERS = {"admitter": Admitter, "placer": Placer, "preemptor": Preemptor, "recovery": Recovery}
-EVERYTHING = (*DECIDERS, "clock")
+EVERYTHING = (*DECIDERS, "clock", "intake")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("service", choices=(*EVERYTHING, "all"),
-                        help="a service, the clock, or all of them (each its own process)")
+                        help="a service, the clock, the intake (takes the teams', nodes' and operators' input "
+                             "topics into the cells' logs), or all of them (each its own process)")
     parser.add_argument("--bootstrap-servers", default=os.environ.get("KAFKA_BOOTSTRAP_SERVERS", "127.0.0.1:9092"))
     parser.add_argument("--cells", default=",".join(cells_from_env()),
                         help="comma-separated cells, in partition order (default: $GANGWAY_CELLS or cell-a)")
@@ -53,14 +56,22 @@ def run(args: argparse.Namespace) -> int:
     topics = topic_names()
     if args.service == "all":
         return _run_all(args)
-    if args.service == "clock":
-        run_clock(args.bootstrap_servers, topics, cells, args.tick_interval, VirtualClock.anchored(args.speedup, args.epoch))
-        return 0
+    try:
+        if args.service == "clock":
+            run_clock(args.bootstrap_servers, topics, cells, args.tick_interval,
+                      VirtualClock.anchored(args.speedup, args.epoch))
+            return 0
+        if args.service == "intake":
+            Intake(args.bootstrap_servers, topics, cells, name_prefix=topic_prefix()).run()
+            return 0
+    except AuthError as error:
+        print(f"gangway run {args.service}: {error}", file=sys.stderr)
+        return 1
     try:
         shell = ServiceShell(DECIDERS[args.service](), args.bootstrap_servers, topics, cells,
                              args.state_dir.expanduser(), resolve(args.policy), name_prefix=topic_prefix())
         shell.run()
-    except (UnknownPolicy, StoreMismatch) as error:
+    except (UnknownPolicy, StoreMismatch, AuthError) as error:
         print(f"gangway run {args.service}: {error}", file=sys.stderr)
         return 1
     return 0

@@ -12,7 +12,12 @@ one transaction, then saves the replica's state with its offset in one RocksDB w
   the log, are not written twice (the replica remembers them as in flight, which they are).
 - Side input (recovery's heartbeats) is read from the position the store recorded, caught up to the
   topic's end before the cell's main log, so a restart sees the heartbeats it would have seen running.
-- Undecodable records go to the dead-letter topic inside the same transaction.
+- Undecodable records go to the dead-letter topic inside the same transaction; so does a record the cell
+  refused because its writer may not write it (NOT_ITS_WRITER: a decision from another producer, a request
+  from another team), besides the refusal on the log.
+- Tracing: each decision written gets a span (events/tracing.py), child of its job's trace (the traceparent
+  of the job's latest traced record) and linked to the record that triggered it; its traceparent travels in
+  the decision's record headers.
 """
 
 from __future__ import annotations
@@ -27,11 +32,14 @@ from pathlib import Path
 
 from confluent_kafka import OFFSET_BEGINNING, KafkaException, TopicPartition
 
+from events import models as m
+from events.auth import service_principal
 from events.codec import EventCodec
 from events.log import EventConsumer, EventProducer, LogRecord, ProducerFenced
-from events.models import Decision
+from events.models import Decision, Reason
 from events.reader import LogReader
 from events.topics import TopicNames
+from events.tracing import Tracer
 from projections.cell import CellState
 from projections.store import ProjectionStore
 from services.core.decider import Decider
@@ -43,6 +51,8 @@ log = logging.getLogger("gangway.shell")
 #: The store is saved at most this often (and when a cell is given up or the service stops): a restart re-reads
 #: what came after, silently. Each save lifts the decisions in flight off the state and costs a write batch.
 SAVE_EVERY_S = 2.0
+#: How many jobs' trace contexts a shell remembers (the oldest are forgotten first).
+TRACED_JOBS = 100_000
 
 
 @dataclass
@@ -78,8 +88,12 @@ class ServiceShell:
     """Runs one decider on Kafka for whichever cells the consumer group gives this replica."""
 
     def __init__(self, decider: Decider, bootstrap_servers: str, topics: TopicNames, cells: Sequence[str],
-                 data_dir: Path, policy: Policy, batch_size: int = 500, name_prefix: str = "") -> None:
+                 data_dir: Path, policy: Policy, batch_size: int = 500, name_prefix: str = "",
+                 tracer: Tracer | None = None) -> None:
         self.decider, self.policy = decider, policy
+        self.principal = service_principal(decider.name)
+        self.tracer = tracer or Tracer(decider.name)
+        self.job_traces: dict[str, str] = {}  # job -> traceparent of its latest traced record
         self.bootstrap, self.topics, self.cells = bootstrap_servers, topics, tuple(cells)
         self.data_dir, self.batch_size = Path(data_dir), batch_size
         self.runtimes: dict[int, CellRuntime] = {}
@@ -87,7 +101,8 @@ class ServiceShell:
         self.timings = Timings()
         self.codec = EventCodec()
         self.name_prefix = name_prefix  # isolates group and transactional ids like the topic prefix does
-        self.consumer = EventConsumer(bootstrap_servers, f"{name_prefix}gangway-{decider.name}", topics, cells)
+        self.consumer = EventConsumer(bootstrap_servers, f"{name_prefix}gangway-{decider.name}", topics, cells,
+                                      principal=self.principal)
         self.cluster_id = self.consumer.cluster_id()
         wanted = [topics.events] + ([topics.heartbeats] if decider.side_input else [])
         self.consumer.subscribe(wanted, self._on_assign, self._on_revoke)
@@ -129,7 +144,7 @@ class ServiceShell:
         replica.heartbeats = dict(side.get("heartbeats", {}))
         replica.pending_heartbeats = [tuple(p) for p in side.get("pending", [])]
         producer = EventProducer(self.bootstrap, f"{self.name_prefix}gangway-{self.decider.name}-{cell}",
-                                 self.topics, self.cells)
+                                 self.topics, self.cells, principal=self.principal)
         runtime = CellRuntime(cell, partition, replica, store, producer,
                               heartbeat_offset=side.get("offset", OFFSET_BEGINNING))
         self.runtimes[partition] = runtime
@@ -140,7 +155,7 @@ class ServiceShell:
     def _catch_up_side_input(self, runtime: CellRuntime) -> None:
         """Reads the cell's heartbeats from where the store left off to the topic's end, before its main log."""
         reader = LogReader([runtime.cell], self.bootstrap, max(runtime.heartbeat_offset, 0), self.cells,
-                           self.topics, topic=self.topics.heartbeats)
+                           self.topics, topic=self.topics.heartbeats, principal=self.principal)
         with reader:
             for record in reader.read():
                 if record.event is not None:
@@ -164,6 +179,7 @@ class ServiceShell:
             for runtime in self.runtimes.values():
                 self._save(runtime)
                 runtime.store.close()
+            self.tracer.shutdown()
             log.info("%s timings: %s", self.decider.name, self.timings.summary())
 
     def _stop(self, *_: object) -> None:
@@ -233,6 +249,7 @@ class ServiceShell:
         clock = time.perf_counter()
         output: list[Decision] = []
         letters = []
+        headers: dict[str, list[tuple[str, str]]] = {}
         for record in records:
             if record.offset <= replica.offset:
                 continue  # re-delivered: already folded
@@ -245,15 +262,26 @@ class ServiceShell:
                     letters.append(record.dead_letter(self.decider.name, replica.state.now))
                 continue
             decisions = replica.consume(record.offset, record.event)
+            if self.tracer.on:
+                self._remember_trace(record)
             if fresh:
                 output.extend(decisions)
+                for decision in decisions:
+                    if isinstance(decision, m.RecordRefused) and decision.envelope.reason == Reason.NOT_ITS_WRITER:
+                        log.error("%s: %s offset %d refused: %s", self.decider.name, record.topic, record.offset,
+                                  decision.detail)
+                        letters.append(record.dead_letter(self.decider.name, replica.state.now,
+                                                          reason=f"{Reason.NOT_ITS_WRITER}: {decision.detail}"))
+                if decisions and self.tracer.on:
+                    self._trace(replica, record, decisions, headers)
         consumed = records + side
         clock = self._lap("decide", clock)
         if output or letters:
             # A service gives up on a batch sooner than a launcher would: polling again is what lets its consumer
             # rejoin the group after a failover, and the batch is then read again.
             runtime.producer.write(output, letters=letters, consumer=self.consumer, consumed=consumed,
-                                   give_up_after_s=10.0, recover_fenced=False)
+                                   give_up_after_s=10.0, recover_fenced=False,
+                                   headers=lambda d: headers.get(d.envelope.event_id))
             if records:
                 runtime.written_to = max(runtime.written_to, records[-1].offset + 1)
         elif consumed:
@@ -262,6 +290,40 @@ class ServiceShell:
             self.consumer.commit_later(consumed)
         self._lap("commit", clock)
         runtime.unsaved = runtime.unsaved or bool(consumed)
+
+    def _remember_trace(self, record: LogRecord) -> None:
+        """The latest traceparent seen on a record about a job: later decisions about it join that trace."""
+        job = m.field_of(record.event, "job_id")
+        parent = record.header("traceparent") if job is not None else None
+        if parent:
+            self.job_traces.pop(job, None)
+            self.job_traces[job] = parent
+            if len(self.job_traces) > TRACED_JOBS:
+                del self.job_traces[next(iter(self.job_traces))]
+
+    def _trace(self, replica: Replica, record: LogRecord, decisions: list[Decision],
+               headers: dict[str, list[tuple[str, str]]]) -> None:
+        """One span per decision, in its job's trace (else the trigger's), linked to the triggering record."""
+        trigger = record.header("traceparent")
+        for decision in decisions:
+            job = m.field_of(decision, "job_id")
+            parent = self.job_traces.get(job) if job is not None else None
+            parent = parent or trigger
+            if parent is None:
+                continue  # nothing traced set it off
+            envelope = decision.envelope
+            known = replica.state.jobs.get(job) if job is not None else None
+            with self.tracer.span(f"{self.decider.name} {decision.event_type}", parent=parent,
+                                  links=[trigger] if trigger else (),
+                                  attributes={"job": job, "team": known.team if known else None,
+                                              "reason": str(envelope.reason), "basis_offset": envelope.basis_offset,
+                                              "policy_version": envelope.policy_version,
+                                              "trigger": f"{record.event.event_type}@{record.offset}",
+                                              "event_id": envelope.event_id}) as span:
+                headers[envelope.event_id] = [("traceparent", span.traceparent)]
+            if job is not None:
+                self.job_traces.pop(job, None)
+                self.job_traces[job] = span.traceparent
 
     def _extra(self, runtime: CellRuntime) -> dict[str, bytes]:
         """What the replica keeps besides its state: its decisions in flight and, for side input, its view

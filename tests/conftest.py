@@ -12,6 +12,7 @@ from urllib.parse import urlparse
 
 import pytest
 
+from events.auth import client_config
 from events.broker import KafkaSetupError, LocalKafka, PortInUse, cluster_node_ids, find_free_base_port, quiet_logger
 from events.topics import TopicNames, cells_from_env, ensure_topics, topic_names
 
@@ -74,8 +75,23 @@ def _docker_kafka() -> Iterator[str]:
         container.stop()
 
 
+def use_admin_of(kafka: LocalKafka, env=None) -> None:
+    """Every Gangway client of this process (and the processes it starts) authenticates as the cluster's admin,
+    a super user (events/auth.py); a plaintext cluster needs nothing."""
+    credentials = kafka.admin_credentials
+    if credentials is None:
+        return
+    if env is None:  # the session's broker: for the whole session
+        os.environ["GANGWAY_KAFKA_USER"], os.environ["GANGWAY_KAFKA_PASSWORD"] = credentials.user, credentials.password
+    else:  # a test's own broker: a pytest MonkeyPatch, undone after the test
+        env.setenv("GANGWAY_KAFKA_USER", credentials.user)
+        env.setenv("GANGWAY_KAFKA_PASSWORD", credentials.password)
+
+
 def _local_kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """A 1-node cluster from the Maven Central jars, fresh data dir, free ports in 19000-19999; stopped at session end."""
+    """A 1-node cluster from the Maven Central jars, fresh data dir, free ports in 19000-19999; stopped at session end.
+    SASL/SCRAM and ACLs are on, as `gangway kafka start` has them; the tests' clients are the admin (use_admin_of),
+    tests of tenancy take narrower principals."""
     data_dir = tmp_path_factory.mktemp("kafka")
     for attempt in range(3):  # a free port can be taken between the check and the JVM's bind
         kafka = LocalKafka(data_dir=data_dir, nodes=1, port=find_free_base_port(2))
@@ -86,6 +102,8 @@ def _local_kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         except PortInUse:
             if attempt == 2:
                 raise
+    use_admin_of(kafka)
+    os.environ["GANGWAY_TEST_KAFKA_DATA"] = str(data_dir)  # where the tenancy tests find the principal store
     try:
         yield kafka.bootstrap_servers
     finally:
@@ -119,7 +137,7 @@ def kafka_replication_factor(kafka_bootstrap: str) -> int:
 def kafka_admin(kafka_bootstrap: str):  # -> confluent_kafka.admin.AdminClient
     from confluent_kafka.admin import AdminClient
 
-    return AdminClient({"bootstrap.servers": kafka_bootstrap, "logger": quiet_logger()})
+    return AdminClient({**client_config(kafka_bootstrap), "logger": quiet_logger()})
 
 
 @pytest.fixture

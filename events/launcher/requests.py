@@ -71,9 +71,11 @@ def definition_events(document: Document, cell: str, at: int, producer: str = "l
     raise TypeError(f"{type(document).__name__} is not a definition")
 
 
-def cancel_request(job_id: str, cell: str, at: int, producer: str = "launcher") -> m.JobCancelRequested:
+def cancel_request(job_id: str, cell: str, at: int, producer: str = "launcher",
+                   team: str | None = None) -> m.JobCancelRequested:
+    """A cancel by `team` (the job's own: a cancel of another team's job is refused when folded)."""
     return m.JobCancelRequested(envelope=m.Envelope(event_id=f"{producer}/cancel/{job_id}@{at}", cell=cell, at=at,
-                                                    producer=producer, correlation_id=job_id), job_id=job_id)
+                                                    producer=producer, correlation_id=job_id), job_id=job_id, team=team)
 
 
 def cordon_request(node: str, cordon: bool, cell: str, at: int, detail: str = "",

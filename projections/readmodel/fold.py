@@ -176,6 +176,10 @@ class CellFold:
         what = {m.JobSubmitted: "submitted", m.JobAdmitted: "admitted", m.JobPlaced: "placed",
                 m.JobSucceeded: "succeeded", m.JobFailed: "failed", m.JobCancelled: "cancelled",
                 m.JobRejected: "rejected", m.JobPreempted: "preempted", m.JobInterrupted: "interrupted"}.get(type(event))
+        if isinstance(event, m.RecordRefused):  # refused records, by reason (NOT_ITS_WRITER: forged or misrouted)
+            refused = self.metrics.setdefault("refused", {})
+            refused[event.envelope.reason.value] = refused.get(event.envelope.reason.value, 0) + 1
+            return
         if what is None or not took:
             if isinstance(event, m.PreemptionRequested) and took:
                 reasons = self.metrics["preemptions"]

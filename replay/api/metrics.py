@@ -30,6 +30,8 @@ class ReadModelCollector:
         admissions = CounterMetricFamily("gangway_admissions", "Gangs admitted, by team", labels=["cell", "team"])
         preemptions = CounterMetricFamily("gangway_preemptions", "Preemptions requested, by reason",
                                           labels=["cell", "reason"])
+        refused = CounterMetricFamily("gangway_records_refused", "Records the cell refused to fold, by reason "
+                                      "(NOT_ITS_WRITER: a record its writer may not write)", labels=["cell", "reason"])
         wait = HistogramMetricFamily("gangway_queue_wait_seconds", "Queue wait of admitted gangs (event time)",
                                      labels=["cell"])
         lag_seconds = GaugeMetricFamily("gangway_projector_lag_seconds",
@@ -51,6 +53,8 @@ class ReadModelCollector:
                 admissions.add_metric([cell, team], n)
             for reason, n in sorted(counters["preemptions"].items()):
                 preemptions.add_metric([cell, reason], n)
+            for reason, n in sorted(counters.get("refused", {}).items()):
+                refused.add_metric([cell, reason], n)
             cumulative, buckets = 0, []
             for bound, n in zip(WAIT_BUCKETS, counters["wait_buckets"]):
                 cumulative += n
@@ -61,7 +65,7 @@ class ReadModelCollector:
             lag_seconds.add_metric([cell], lag.seconds(now))
             lag_records.add_metric([cell], lag.behind)
             offset.add_metric([cell], lag.offset)
-        yield from (jobs, gpus, admissions, preemptions, wait, lag_seconds, lag_records, offset)
+        yield from (jobs, gpus, admissions, preemptions, refused, wait, lag_seconds, lag_records, offset)
 
 
 def exposition(projector: Projector) -> bytes:

@@ -12,12 +12,17 @@ import sys
 import time
 from pathlib import Path
 
+from confluent_kafka import KafkaException
+
+from events.auth import AuthError, agent_principal, kafka_problem
 from events.clock import VirtualClock, epoch_from_env, speedup_from_env
 from events.durations import parse_duration
 from events.launcher.spec import valid_name
 from events.log import EventProducer
 from events.reader import LogReader
 from events.topics import cells_from_env, topic_names, topic_prefix
+from events.tracing import Tracer
+from services.agent.fleet import trace_placement
 from services.agent.real import AgentConfig, NodeAgent
 
 log = logging.getLogger("gangway.agent")
@@ -70,7 +75,14 @@ def run(args: argparse.Namespace) -> int:
                          signal.Signals[f"SIG{args.checkpoint_signal.upper().removeprefix('SIG')}"],
                          args.stop_grace / 1000, args.heartbeat_every / 1000 / args.speedup)
     clock = VirtualClock.anchored(args.speedup, args.epoch)
-    run_agent(NodeAgent(config, cell), args.bootstrap_servers, cells, clock, args.drain_on_exit)
+    try:
+        run_agent(NodeAgent(config, cell), args.bootstrap_servers, cells, clock, args.drain_on_exit)
+    except AuthError as error:
+        print(f"gangway agent: {error}", file=sys.stderr)
+        return 1
+    except KafkaException as error:
+        print(f"gangway agent: {kafka_problem(error)}", file=sys.stderr)
+        return 1
     return 0
 
 
@@ -99,8 +111,12 @@ def run_agent(agent: NodeAgent, bootstrap: str, cells: tuple[str, ...], clock: V
     signal.signal(signal.SIGINT, lambda *_: stopping.append(True))
     topics = topic_names()
     # One transactional id per node: a restarted agent fences the old one and aborts what it left open.
-    producer = EventProducer(bootstrap, f"{topic_prefix()}gangway-agent-{agent.node}", topics, cells)
-    reader = LogReader([agent.cell], bootstrap, all_cells=cells, topics=topics)
+    # Its node's facts go to its node's input topic, as the node's principal (events/auth.py).
+    principal = agent_principal(agent.node)
+    producer = EventProducer(bootstrap, f"{topic_prefix()}gangway-agent-{agent.node}", topics, cells,
+                             principal=principal, inputs=lambda _: topics.node_input(agent.node))
+    reader = LogReader([agent.cell], bootstrap, all_cells=cells, topics=topics, principal=principal)
+    tracer = Tracer(f"agent-{agent.node}")
     try:
         for record in reader.read():
             if record.event is not None:
@@ -119,6 +135,7 @@ def run_agent(agent: NodeAgent, bootstrap: str, cells: tuple[str, ...], clock: V
             for record in reader.poll(POLL_S):
                 if record.event is not None:
                     agent.observe(record.offset, record.event, clock.now_ms())
+                    trace_placement(tracer, record, {agent.node})
             if draining_since is None:
                 agent.step(clock.now_ms())
             else:
@@ -128,6 +145,7 @@ def run_agent(agent: NodeAgent, bootstrap: str, cells: tuple[str, ...], clock: V
     finally:
         reader.close()
         producer.flush()
+        tracer.shutdown()
 
 
 def _write(producer: EventProducer, agent: NodeAgent) -> None:

@@ -341,3 +341,17 @@ class Fleet:
         return m.Envelope(event_id=f"{producer}/{what}", cell=agents.cell, at=at,
                           producer=producer, correlation_id=job_id,
                           causation_id=cause.envelope.event_id if cause is not None else None)
+
+
+def trace_placement(tracer, record, nodes: set[str]) -> None:
+    """A span in the job's trace when a traced placement puts workers on these nodes: the agent takes them on."""
+    event = record.event
+    if not isinstance(event, m.JobPlaced) or not tracer.on:
+        return
+    parent = record.header("traceparent")
+    mine = sorted({a.node for a in event.assignments if a.node in nodes})
+    if parent and mine:
+        with tracer.span(f"agent start {event.job_id}", parent=parent,
+                         attributes={"job": event.job_id, "node": ",".join(mine), "attempt": event.attempt,
+                                     "placed_offset": record.offset}):
+            pass

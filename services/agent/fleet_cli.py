@@ -8,13 +8,18 @@ import os
 import signal
 import sys
 
+from confluent_kafka import KafkaException
+
+from events import models as m
+from events.auth import FLEET, AuthError, kafka_problem
 from events.clock import VirtualClock, epoch_from_env
 from events.durations import parse_duration
 from events.log import EventProducer
 from events.reader import LogReader
 from events.topics import TopicNames, cells_from_env, topic_names, topic_prefix
+from events.tracing import Tracer
 from services.agent.failures import FailureSpec
-from services.agent.fleet import Fleet, FleetSpec
+from services.agent.fleet import Fleet, FleetSpec, trace_placement
 from services.agent.simulated import AgentTiming
 
 log = logging.getLogger("gangway.fleet")
@@ -65,7 +70,14 @@ def run(args: argparse.Namespace) -> int:
               file=sys.stderr)
         return 2
     clock = VirtualClock.anchored(args.speedup, args.epoch)
-    run_fleet(fleet, args.bootstrap_servers, topic_names(), cells, clock, topic_prefix())
+    try:
+        run_fleet(fleet, args.bootstrap_servers, topic_names(), cells, clock, topic_prefix())
+    except AuthError as error:
+        print(f"gangway fleet: {error}", file=sys.stderr)
+        return 1
+    except KafkaException as error:
+        print(f"gangway fleet: {kafka_problem(error)}", file=sys.stderr)
+        return 1
     return 0
 
 
@@ -79,10 +91,28 @@ def run_fleet(fleet: Fleet, bootstrap: str, topics: TopicNames, cells: tuple[str
     signal.signal(signal.SIGTERM, lambda *_: stopping.append(True))
     signal.signal(signal.SIGINT, lambda *_: stopping.append(True))
     # One transactional id per cell, so a restarted fleet fences the old one and aborts what it left open.
-    producers = {cell: EventProducer(bootstrap, f"{name_prefix}gangway-fleet-{cell}", topics, cells)
+    # Its nodes' facts go to their input topics, as the fleet's principal, which may write every node's.
+    # A fact about no node or job (the cell's first configuration) goes to the input of the cell's first node.
+    first = {}
+    for node, cell in sorted(fleet.node_cell.items()):
+        first.setdefault(cell, node)
+
+    def route(event: m.Event) -> str:
+        """A node's facts to its node's input; a checkpoint to the input of a node its job runs on."""
+        node = m.field_of(event, "node")
+        job_id = m.field_of(event, "job_id")
+        if node is None and job_id is not None:
+            job = fleet.cells[event.envelope.cell].state.jobs.get(job_id)
+            node = job.assignments[0][1] if job is not None and job.assignments else None
+        return topics.node_input(node or first[event.envelope.cell])
+
+    producers = {cell: EventProducer(bootstrap, f"{name_prefix}gangway-fleet-{cell}", topics, cells,
+                                     principal=FLEET, inputs=route)
                  for cell in fleet.cells}
     # Every start folds the cells' logs from the beginning, as a fresh projection would.
-    reader = LogReader(fleet.cells, bootstrap, all_cells=cells, topics=topics)
+    reader = LogReader(fleet.cells, bootstrap, all_cells=cells, topics=topics, principal=FLEET)
+    tracer = Tracer("fleet")
+    nodes = set(fleet.node_cell)
     try:
         for record in reader.read():  # history: folded without reacting
             if record.event is not None:
@@ -94,6 +124,7 @@ def run_fleet(fleet: Fleet, bootstrap: str, topics: TopicNames, cells: tuple[str
             for record in reader.poll(_wait_s(fleet, clock), 500):
                 if record.event is not None:
                     fleet.observe(reader.cell_of(record), record.event, record.offset)
+                    trace_placement(tracer, record, nodes)
             fleet.fire(clock.now_ms())
             _write(fleet, producers)
         _write(fleet, producers)
@@ -101,6 +132,7 @@ def run_fleet(fleet: Fleet, bootstrap: str, topics: TopicNames, cells: tuple[str
         reader.close()
         for producer in producers.values():
             producer.flush()
+        tracer.shutdown()
 
 
 def _wait_s(fleet: Fleet, clock: VirtualClock) -> float:

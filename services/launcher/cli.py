@@ -13,6 +13,7 @@ from confluent_kafka import KafkaException
 from rich.live import Live
 from rich.spinner import Spinner
 
+from events.auth import AuthError, kafka_problem
 from events.broker import cluster_node_ids
 from events.launcher.spec import SpecError, load_documents
 from projections.jobs import JobState
@@ -59,11 +60,14 @@ def _guarded(name: str, body: Callable[[argparse.Namespace], int]) -> Callable[[
     def run(args: argparse.Namespace) -> int:
         try:
             return body(args)
-        except (LauncherError, SpecError) as error:
+        except (LauncherError, SpecError, AuthError) as error:
             for line in str(error).splitlines():
                 print(f"gangway {name}: {line}", file=sys.stderr)
             return 1
-        except (KafkaException, TimeoutError) as error:
+        except KafkaException as error:
+            print(f"gangway {name}: {kafka_problem(error)}", file=sys.stderr)
+            return 1
+        except TimeoutError as error:
             print(f"gangway {name}: {error}", file=sys.stderr)
             return 1
     return run

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import hashlib
 import time
-import uuid
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -32,9 +31,10 @@ from events.launcher.requests import (
     submission,
 )
 from events.launcher.spec import Document, Job, SpecError, load_documents, parse_document, with_paths_from
-from events.log import EventProducer
+from events.log import InputWriter
 from events.reader import LogReader, default_bootstrap
 from events.topics import TopicNames, cells_from_env, topic_names, topic_prefix
+from events.tracing import Tracer
 from projections.cell import CellState
 from projections.cluster import NODE_LEVEL
 from projections.jobs import ENDED, JobState
@@ -111,6 +111,9 @@ class NodeStatus:
     jobs: list[str]
 
 
+#: How long a write waits to see its records on the cell's log (the intake takes them in within milliseconds).
+INTAKE_WAIT_S = 30.0
+
 #: What `wait` can wait for, besides a predicate.
 UNTIL = {"ended": lambda s: s.ended, "running": lambda s: s.state == JobState.RUNNING or s.ended,
          "placed": lambda s: s.state in (JobState.PLACED, JobState.RUNNING) or s.ended}
@@ -136,7 +139,9 @@ class Client:
         self.clock = clock or VirtualClock.anchored(speedup_from_env(), epoch_from_env())
         self.model = ReadModel()
         self._reader = LogReader([self.cell], self.bootstrap, all_cells=self.cells, topics=self.topics)
-        self._producer: EventProducer | None = None
+        self._writer: InputWriter | None = None
+        self._in_flight: set[str] = set()  # event ids this client wrote that the cell's log does not show yet
+        self._tracer: Tracer | None = None
 
     def __enter__(self) -> Client:
         return self
@@ -146,8 +151,10 @@ class Client:
 
     def close(self) -> None:
         self._reader.close()
-        if self._producer is not None:
-            self._producer.flush()
+        if self._writer is not None:
+            self._writer.flush()
+        if self._tracer is not None:
+            self._tracer.shutdown()
 
     # --- reading ----------------------------------------------------------------------------------
 
@@ -155,14 +162,18 @@ class Client:
         """Folds what the log holds now, from where the last read stopped."""
         for record in self._reader.read():
             if record.event is not None:
-                self.model.fold(record.offset, record.event)
+                self._fold(record.offset, record.event)
         return self.model
 
     def follow(self, timeout: float) -> None:
         """Folds what arrives within `timeout` seconds (for live views)."""
         for record in self._reader.poll(timeout):
             if record.event is not None:
-                self.model.fold(record.offset, record.event)
+                self._fold(record.offset, record.event)
+
+    def _fold(self, offset: int, event: m.Event) -> None:
+        self._in_flight.discard(event.envelope.event_id)
+        self.model.fold(offset, event)
 
     def get(self, job_id: str) -> JobStatus:
         self.refresh()
@@ -266,7 +277,8 @@ class Client:
         if problems:
             raise LauncherError("\n".join(problems))
         at = self.clock.now_ms()
-        self._write([cancel_request(job_id, self.cell, at, self.producer_name) for job_id in job_ids])
+        self._write([cancel_request(job_id, self.cell, at, self.producer_name, team=self.model.job(job_id).team)
+                     for job_id in job_ids])
         return list(job_ids)
 
     def apply(self, documents: Sequence[Document | str | Path]) -> list[tuple[str, str]]:
@@ -376,12 +388,32 @@ class Client:
     def _write(self, events: Sequence[m.Event]) -> None:
         if not events:
             return
-        if self._producer is None:
-            self._producer = EventProducer(self.bootstrap, f"{topic_prefix()}gangway-launcher-{uuid.uuid4().hex}",
-                                           self.topics, self.cells)
-        with self._producer.transaction():
-            for event in events:
-                self._producer.produce(event)
+        if self._writer is None:
+            self._writer = InputWriter(self.bootstrap, self.topics, self.cells, topic_prefix())
+            self._tracer = Tracer("launcher")
+        # Each submission starts its job's trace; its traceparent travels in the record's headers.
+        headers = {}
+        for event in events:
+            if isinstance(event, m.JobSubmitted):
+                with self._tracer.span(f"submit {event.job_id}", attributes={
+                        "job": event.job_id, "team": event.team, "gpus": event.workers * event.gpus_per_worker}) as span:
+                    headers[event.envelope.event_id] = [("traceparent", span.traceparent)] if span.traceparent else None
+        self._writer.write(events, headers=lambda e: headers.get(e.envelope.event_id))
+        self._await_taken_in([e.envelope.event_id for e in events])
+
+    def _await_taken_in(self, event_ids: Sequence[str]) -> None:
+        """Reads on until the intake has taken what was just written into the cell's log, so what this client
+        writes next (a job after its team's definition) and reads next already sees it."""
+        self._in_flight.update(event_ids)
+        gives_up = time.monotonic() + INTAKE_WAIT_S
+        while self._in_flight:
+            if time.monotonic() >= gives_up:
+                missing = sorted(self._in_flight)
+                self._in_flight.clear()
+                raise LauncherError(f"{len(missing)} written record(s) ({missing[0]}...) not on cell {self.cell}'s log "
+                                    f"after {INTAKE_WAIT_S:g} s: is the intake running (`gangway run intake`)? Refused "
+                                    f"inputs are in the dead-letter topic")
+            self.follow(0.2)
 
     def _estimates(self) -> dict[str, Estimate]:
         """Queue position and estimated start of every queued job (services/core/forecast.py), under the policy

@@ -30,6 +30,7 @@ import httpx  # noqa: E402
 import uvicorn  # noqa: E402
 
 from events import models as m  # noqa: E402
+from events.auth import client_config
 from events.broker import LocalKafka, find_free_base_port  # noqa: E402
 from projections.readmodel.projector import Projector  # noqa: E402
 from projections.readmodel.store import ReadModelStore  # noqa: E402
@@ -121,7 +122,7 @@ def bench_kafka(bootstrap: str, rate: float, seconds: float, scratch: Path) -> N
     from tests.integration.control_plane import Operator
 
     prefix = f"bench-api-{uuid.uuid4().hex[:6]}."
-    ensure_topics(AdminClient({"bootstrap.servers": bootstrap, "logger": quiet_logger()}), ["cell-a"], 1,
+    ensure_topics(AdminClient({**client_config(bootstrap), "logger": quiet_logger()}), ["cell-a"], 1,
                   prefix=prefix)
     topics = topic_names(prefix)
     operator = Operator(bootstrap, topics)

@@ -19,6 +19,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from confluent_kafka.admin import AdminClient  # noqa: E402
 
+from events.auth import client_config
 from events.broker import LocalKafka, find_free_base_port, quiet_logger  # noqa: E402
 from events.topics import ensure_topics, topic_names  # noqa: E402
 from tests.integration.chaos import Chaos, run  # noqa: E402
@@ -39,7 +40,7 @@ def main() -> int:
         kafka = LocalKafka(data_dir=Path(tmp) / "kafka", nodes=args.brokers, port=find_free_base_port(2 * args.brokers))
         bootstrap = kafka.start(timeout=150)
         try:
-            admin = AdminClient({"bootstrap.servers": bootstrap, "logger": quiet_logger()})
+            admin = AdminClient({**client_config(bootstrap), "logger": quiet_logger()})
             ensure_topics(admin, ["cell-a"], kafka.replication_factor, prefix=prefix)
             began = time.monotonic()
             report = run(kafka, bootstrap, topic_names(prefix), Path(tmp), Chaos(

@@ -30,6 +30,7 @@ from confluent_kafka import Producer  # noqa: E402
 from confluent_kafka.admin import AdminClient  # noqa: E402
 
 from events import models as m  # noqa: E402
+from events.auth import client_config
 from events.broker import LocalKafka, find_free_base_port, quiet_logger  # noqa: E402
 from events.codec import EventCodec  # noqa: E402
 from events.reader import LogReader  # noqa: E402
@@ -63,7 +64,7 @@ def setup(bootstrap: str, state: Path, name: str):
     import os
     prefix = f"bench-{name}-{uuid.uuid4().hex[:6]}."
     os.environ["GANGWAY_TOPIC_PREFIX"] = prefix
-    ensure_topics(AdminClient({"bootstrap.servers": bootstrap, "logger": quiet_logger()}), ["cell-a"], 1, prefix=prefix)
+    ensure_topics(AdminClient({**client_config(bootstrap), "logger": quiet_logger()}), ["cell-a"], 1, prefix=prefix)
     topics = topic_names(prefix)
     plane = ControlPlane(bootstrap, state / name)
     (state / name).mkdir(parents=True)
@@ -72,7 +73,7 @@ def setup(bootstrap: str, state: Path, name: str):
     operator.cell(nodes=250, racks=25, quota=100_000)
     watcher = PlacedWatcher(bootstrap, topics)
     watcher.start()
-    launcher = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True, "acks": "all",
+    launcher = Producer({**client_config(bootstrap), "enable.idempotence": True, "acks": "all",
                          "linger.ms": 0, "logger": quiet_logger()})
     return topics, plane, operator, watcher, launcher
 

@@ -27,6 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from confluent_kafka.admin import AdminClient  # noqa: E402
 
+from events.auth import client_config
 from events.broker import LocalKafka, find_free_base_port, quiet_logger  # noqa: E402
 from events.launcher.spec import parse_document  # noqa: E402
 from events.topics import ensure_topics  # noqa: E402
@@ -63,7 +64,7 @@ def main() -> int:
             bootstrap = kafka.start()
         prefix = f"bench-launcher-{uuid.uuid4().hex[:6]}."
         os.environ.update(GANGWAY_TOPIC_PREFIX=prefix, GANGWAY_EPOCH=repr(time.time()), GANGWAY_SPEEDUP="1")
-        ensure_topics(AdminClient({"bootstrap.servers": bootstrap, "logger": quiet_logger()}), ["cell-a"], 1,
+        ensure_topics(AdminClient({**client_config(bootstrap), "logger": quiet_logger()}), ["cell-a"], 1,
                       prefix=prefix)
         plane = ControlPlane(bootstrap, scratch)
         try:

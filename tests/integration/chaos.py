@@ -24,6 +24,7 @@ from pathlib import Path
 from confluent_kafka.admin import AdminClient
 
 from events import models as m
+from events.auth import client_config
 from events.broker import LocalKafka, quiet_logger
 from events.reader import LogReader
 from events.topics import TopicNames
@@ -93,7 +94,7 @@ def run(kafka: LocalKafka | None, bootstrap: str, topics: TopicNames, state_dir:
                 plane.kill(victim)
                 report.kills[victim] += 1
             if not broker_killed and time.monotonic() - began > chaos.seconds / 2:
-                leader = AdminClient({"bootstrap.servers": bootstrap, "logger": quiet_logger()}).list_topics(
+                leader = AdminClient({**client_config(bootstrap), "logger": quiet_logger()}).list_topics(
                     topics.events, timeout=10).topics[topics.events].partitions[0].leader
                 kafka.kill_node(leader)
                 report.broker_kills += 1

@@ -15,6 +15,7 @@ from pathlib import Path
 from confluent_kafka import Consumer, TopicPartition
 
 from events import models as m
+from events.auth import client_config
 from events.log import EventProducer
 from events.reader import LogReader
 from events.submission import job_submitted
@@ -53,7 +54,8 @@ class ControlPlane:
         return "\n".join(out)
 
     def start_all(self) -> None:
-        for service in SERVICES:
+        """The four services and the intake (launchers and agents write input topics it takes in)."""
+        for service in (*SERVICES, "intake"):
             self.start(service)
 
     def kill(self, name: str) -> None:
@@ -141,7 +143,7 @@ def wait_until_caught_up(bootstrap: str, topics: TopicNames, end: int, cell: str
     prefix = topics.events.removesuffix("gangway.events")
     deadline = time.monotonic() + timeout
     for service in services:
-        group = Consumer({"bootstrap.servers": bootstrap, "group.id": f"{prefix}gangway-{service}"})
+        group = Consumer({**client_config(bootstrap), "group.id": f"{prefix}gangway-{service}"})
         try:
             while group.committed([partition], timeout=10)[0].offset < end:
                 assert time.monotonic() < deadline, f"{service} did not read the log to offset {end}"

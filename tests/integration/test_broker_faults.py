@@ -13,12 +13,14 @@ import pytest
 from confluent_kafka.admin import AdminClient
 
 from events import models as m
+from events.auth import client_config
 from events.broker import LocalKafka, find_free_base_port, quiet_logger
 from events.broker_cli import EXIT_DEGRADED
 from events.log import EventProducer
 from events.submission import job_submitted
 from events.topics import ensure_topics, topic_names
 from replay.cli import main
+from tests.conftest import use_admin_of
 from tests.integration.control_plane import ControlPlane, Operator, count, read_log, wait_until_caught_up
 from tests.integration.test_control_plane import assert_every_decision_reproduced
 
@@ -53,8 +55,9 @@ def status_code(kafka: LocalKafka) -> int:
 def test_broker_faults_under_load_lose_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys) -> None:
     kafka = LocalKafka(data_dir=tmp_path / "kafka3", nodes=3, port=find_free_base_port(6))
     bootstrap = kafka.start(timeout=150)
+    use_admin_of(kafka, monkeypatch)
     monkeypatch.setenv("GANGWAY_TOPIC_PREFIX", PREFIX)
-    admin = AdminClient({"bootstrap.servers": bootstrap, "logger": quiet_logger()})
+    admin = AdminClient({**client_config(bootstrap), "logger": quiet_logger()})
     ensure_topics(admin, ["cell-a"], 3, prefix=PREFIX)
     topics = topic_names(PREFIX)
     plane = ControlPlane(bootstrap, tmp_path)

@@ -11,6 +11,7 @@ import pytest
 from confluent_kafka import Producer
 
 from events import models as m
+from events.auth import client_config
 from events.broker import quiet_logger
 from events.log import EventConsumer
 from events.topics import TopicNames, ensure_topics, topic_names
@@ -58,7 +59,7 @@ def test_submissions_run_to_completion_exactly_once(kafka_bootstrap, gangway_top
         logged = read_log(kafka_bootstrap, gangway_topics, until=placed_all(first + second))
     finally:
         exits = plane.stop_all()
-    assert exits == {"admitter": 0, "placer": 0, "preemptor": 0, "recovery": 0}
+    assert exits == {"admitter": 0, "placer": 0, "preemptor": 0, "recovery": 0, "intake": 0}
     assert all(count(logged, m.JobSucceeded, j) == 1 for j in first)
     assert count(logged, m.JobPlaced, "after-0") == 1
     ids = [e.envelope.event_id for e in decisions(logged)]
@@ -133,7 +134,7 @@ def test_a_poison_record_is_dead_lettered_and_the_service_goes_on(kafka_bootstra
     operator = Operator(kafka_bootstrap, gangway_topics)
     try:
         operator.cell(nodes=2)
-        raw = Producer({"bootstrap.servers": kafka_bootstrap, "logger": quiet_logger()})
+        raw = Producer({**client_config(kafka_bootstrap), "logger": quiet_logger()})
         raw.produce(gangway_topics.events, key=b"cell-a", value=b'{"not": "avro"}', partition=0)
         raw.flush(30)
         job = operator.submit("after-poison").job_id

@@ -8,6 +8,7 @@ import uuid
 import pytest
 from confluent_kafka import Producer
 
+from events.auth import client_config
 from events.broker import quiet_logger
 from events.log import EventConsumer, EventProducer, LogRecord
 from events.models import DeadLetter, Envelope, JobPlaced, JobSubmitted, Tick, WorkerAssignment
@@ -105,7 +106,7 @@ def test_consumed_offsets_commit_in_the_same_transaction_as_the_output(kafka_boo
 
 
 def test_undecodable_bytes_are_kept_in_the_dead_letter_topic(kafka_bootstrap, gangway_topics):
-    raw = Producer({"bootstrap.servers": kafka_bootstrap, "logger": quiet_logger()})
+    raw = Producer({**client_config(kafka_bootstrap), "logger": quiet_logger()})
     raw.produce(gangway_topics.events, key=b"cell-a", value=b"\x00 not avro", partition=0)
     raw.flush(30)
     (poison,) = read(kafka_bootstrap, gangway_topics, expected=1)

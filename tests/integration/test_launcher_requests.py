@@ -15,7 +15,7 @@ import yaml
 from events import models as m
 from events.reader import LogReader, read_log
 from services.launcher import Client, LauncherError
-from tests.integration.control_plane import Operator
+from tests.integration.control_plane import ControlPlane, Operator
 from tests.integration.launcher_cell import ROOT, TEAMS
 
 pytestmark = pytest.mark.kafka
@@ -43,7 +43,16 @@ def variant(**spec) -> dict:
     return {**JOB, "spec": {**JOB["spec"], **spec}}
 
 
-def test_refused_requests_write_nothing(kafka_bootstrap, gangway_topics, tmp_path: Path):
+@pytest.fixture
+def intake(kafka_bootstrap, gangway_topics, tmp_path: Path):
+    """The intake, which takes the launcher's input topics into the cell's log."""
+    plane = ControlPlane(kafka_bootstrap, tmp_path)
+    plane.start("intake")
+    yield plane
+    assert plane.stop_all() == {"intake": 0}, plane.tails()
+
+
+def test_refused_requests_write_nothing(kafka_bootstrap, gangway_topics, intake, tmp_path: Path):
     operator = Operator(kafka_bootstrap, gangway_topics)
     operator.write(m.CellConfigured(envelope=operator.envelope(), topology_levels=["block", "rack"]),
                    m.NodeRegistered(envelope=operator.envelope(), node="n1", gpu_type="CPU", gpus=2,

@@ -11,15 +11,17 @@ import pytest
 from confluent_kafka import Consumer, KafkaError, Message, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
+from events.auth import client_config
 from events.broker import LocalKafka, PortInUse, find_free_base_port, port_is_free, quiet_logger
 from events.topics import TopicError, TopicNames, cell_partition, cells_from_env, describe_topics, ensure_topics
+from tests.conftest import use_admin_of
 
 pytestmark = pytest.mark.kafka
 
 
 def produce_one(bootstrap: str, topic: str, partition: int, value: bytes, **config: object) -> Message:
     delivered: list[tuple[KafkaError | None, Message]] = []
-    producer = Producer({"bootstrap.servers": bootstrap, "logger": quiet_logger(), **config})
+    producer = Producer({**client_config(bootstrap), "logger": quiet_logger(), **config})
     producer.produce(topic, value=value, key=b"k", partition=partition, on_delivery=lambda e, m: delivered.append((e, m)))
     assert producer.flush(30) == 0, "record not delivered within 30 s"
     (error, message), = delivered
@@ -28,7 +30,7 @@ def produce_one(bootstrap: str, topic: str, partition: int, value: bytes, **conf
 
 
 def read_all(bootstrap: str, topic: str, partition: int, expected: int, timeout: float = 30.0) -> list[bytes]:
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": f"g-{uuid.uuid4().hex}", "enable.auto.commit": False,
+    consumer = Consumer({**client_config(bootstrap), "group.id": f"g-{uuid.uuid4().hex}", "enable.auto.commit": False,
                          "isolation.level": "read_committed", "logger": quiet_logger()})
     consumer.assign([TopicPartition(topic, partition, 0)])
     values: list[bytes] = []
@@ -65,7 +67,7 @@ def test_fixture_broker_gets_gangway_topics_idempotently(kafka_admin: AdminClien
 def test_transactions_commit_on_the_fixture_broker(kafka_bootstrap: str, gangway_topics: TopicNames) -> None:
     # A 1-node broker needs RF-1 transaction state: if that were wrong, init_transactions would time out here.
     partition = cell_partition(cells_from_env(), "cell-a")
-    producer = Producer({"bootstrap.servers": kafka_bootstrap, "transactional.id": f"test-{uuid.uuid4().hex}",
+    producer = Producer({**client_config(kafka_bootstrap), "transactional.id": f"test-{uuid.uuid4().hex}",
                          "transaction.timeout.ms": 10_000, "logger": quiet_logger()})
     producer.init_transactions(30)
     producer.begin_transaction()
@@ -77,13 +79,14 @@ def test_transactions_commit_on_the_fixture_broker(kafka_bootstrap: str, gangway
     assert read_all(kafka_bootstrap, gangway_topics.events, partition, expected=2, timeout=3) == [b"committed"]
 
 
-def test_three_node_cluster_takes_acks_all_writes_with_min_isr_2(tmp_path: Path) -> None:
+def test_three_node_cluster_takes_acks_all_writes_with_min_isr_2(tmp_path: Path, monkeypatch) -> None:
     # The one 3-node test: its own cluster on free ports next to the session broker (3 x -Xmx512m).
     kafka = LocalKafka(data_dir=tmp_path / "kafka3", nodes=3, port=find_free_base_port(6))
     try:
         bootstrap = kafka.start(timeout=150)
         assert kafka.status().up
-        admin = AdminClient({"bootstrap.servers": bootstrap, "logger": quiet_logger()})
+        use_admin_of(kafka, monkeypatch)
+        admin = AdminClient({**client_config(bootstrap), "logger": quiet_logger()})
         specs = ensure_topics(admin, ["cell-a"], replication_factor=3, prefix="rf3.")
         events = describe_topics(admin, specs)[0]
         assert (events.replication_factor, events.config["min.insync.replicas"]) == (3, "2")
@@ -96,12 +99,13 @@ def test_three_node_cluster_takes_acks_all_writes_with_min_isr_2(tmp_path: Path)
     assert all(port_is_free(n.port) for n in kafka.nodes)
 
 
-def test_data_persists_across_stop_and_start(tmp_path: Path) -> None:
+def test_data_persists_across_stop_and_start(tmp_path: Path, monkeypatch) -> None:
     data_dir, port = tmp_path / "kafka1", find_free_base_port(2)
     kafka = again = LocalKafka(data_dir=data_dir, port=port)
     try:
         bootstrap = kafka.start()
-        admin = AdminClient({"bootstrap.servers": bootstrap, "logger": quiet_logger()})
+        use_admin_of(kafka, monkeypatch)
+        admin = AdminClient({**client_config(bootstrap), "logger": quiet_logger()})
         events = ensure_topics(admin, ["cell-a"], 1, prefix="persist.")[0]
         produce_one(bootstrap, events.name, 0, b"survives a restart", acks="all")
         cluster_id = kafka.cluster_id

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from events import models as m
+from events.submission import job_submitted
 from tests.integration.control_plane import ControlPlane, Operator, read_log
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
@@ -21,6 +22,7 @@ def test_a_restarted_recovery_fails_only_the_node_that_died(kafka_bootstrap, gan
     plane = ControlPlane(kafka_bootstrap, tmp_path)
     epoch = repr(time.time())
     try:
+        plane.command("intake", "run", "intake")  # takes the fleet's facts into the cell's log
         for service in ("admitter", "placer", "preemptor", "recovery"):
             plane.command(service, "run", service, "--state-dir", str(tmp_path / "main"), "--policy", POLICY, "-v")
         plane.command("clock", "run", "clock", "--tick-interval", "0.5", "--epoch", epoch)
@@ -31,7 +33,10 @@ def test_a_restarted_recovery_fails_only_the_node_that_died(kafka_bootstrap, gan
                        m.QuotaSet(envelope=operator.envelope(), team="nlp", gpu_type="H100", nominal=1000))
         read_log(kafka_bootstrap, gangway_topics, timeout=30,
                  until=lambda events: sum(isinstance(e, m.NodeRegistered) for e in events) == 4)
-        operator.submit("wide", workers=4, gpus=8)  # one worker per node, so the lost node holds part of it
+        # One worker per node, so the lost node holds part of it; stamped now, as the clock ticks by the wall clock
+        # (a stamp an hour before the cell's clock is refused, and the clock may tick before it lands).
+        operator.write(job_submitted("wide", "nlp", 4, 8, "H100", cell="cell-a", at=int(time.time() * 1000),
+                                     producer="launcher", event_id="launcher-wide"))
         read_log(kafka_bootstrap, gangway_topics, timeout=30,
                  until=lambda events: any(isinstance(e, m.WorkerStarted) and e.job_id == "wide" for e in events))
         plane.kill("recovery")  # down for 15 s: over twice the timeout; the node dies 6 s after the job starts

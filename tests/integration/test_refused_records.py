@@ -10,6 +10,7 @@ import pytest
 from confluent_kafka import Producer
 
 from events import models as m
+from events.auth import client_config
 from events.broker import quiet_logger
 from events.codec import EventCodec
 from events.log import KEPT_BYTES, EventConsumer
@@ -33,7 +34,7 @@ def test_each_poison_record_is_refused_and_the_services_go_on(kafka_bootstrap, t
     plane.start_all()
     operator = Operator(kafka_bootstrap, topics, cells)
     codec = EventCodec()
-    raw = Producer({"bootstrap.servers": kafka_bootstrap, "logger": quiet_logger()})
+    raw = Producer({**client_config(kafka_bootstrap), "logger": quiet_logger()})
 
     def write_raw(event: m.Event) -> None:
         raw.produce(topics.events, key=b"cell-a", value=codec.encode(event), partition=0)

@@ -11,6 +11,8 @@ IO_LIBRARIES = {"confluent_kafka", "rocksdict", "fastavro", "time", "random", "u
 # projections/ and services/ is the pure core.
 SHELL_MODULES = {
     "projections/store.py", "services/shell.py",
+    # the intake: reads the input topics and writes the cells' logs (its check, `take_in`, is a pure function)
+    "services/intake.py",
     # the read model's RocksDB store and the projector that follows the log into it
     "projections/readmodel/store.py", "projections/readmodel/projector.py",
     "events/clock.py", "services/run_cli.py", "projections/watch.py", "replay/demo.py",

@@ -69,7 +69,9 @@ def test_ports_and_advertised_listeners_agree() -> None:
         assert set(listeners) == set(dict(p.split(":") for p in e["KAFKA_LISTENER_SECURITY_PROTOCOL_MAP"].split(",")))
         assert advertised["INTERNAL"] == f"{service['hostname']}:{listeners['INTERNAL']}"
         (mapping,) = service["ports"]
-        host_port, container_port = (int(p) for p in mapping.split(":"))
+        host_ip, host_port, container_port = mapping.split(":")
+        host_port, container_port = int(host_port), int(container_port)
+        assert host_ip == "127.0.0.1", "published on loopback only: the Docker stack has no SASL or ACLs"
         assert container_port == listeners["HOST"]
         assert advertised["HOST"] == f"localhost:{host_port}"
         assert e["KAFKA_INTER_BROKER_LISTENER_NAME"] == "INTERNAL"
