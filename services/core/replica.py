@@ -146,18 +146,20 @@ class Replica:
         (after a restart, say): the latest heartbeat per node at or before the tick's time."""
         if not isinstance(event, m.NodeHeartbeat) or type(event) not in self.decider.side_input:
             return
-        at, now, lead = event.envelope.at, self.state.now, self.state.limits.max_event_lead_ms
-        if at < now - self.policy.recovery.heartbeat_timeout_ms or event.node not in self.state.cluster.nodes:
-            return  # too late to say anything (a stamp in the past cannot make a node look dead), or no such node
-        if lead is not None and self.state.clock is not None and at > self.state.clock + lead:
-            return  # stamped beyond what the cell accepts: it must not keep a node alive for years
+        at, now = event.envelope.at, self.state.now
+        if at < now - self.policy.recovery.heartbeat_timeout_ms:
+            return  # too late to say anything (a stamp in the past cannot make a node look dead)
+        # One stamped far ahead waits here until the cell's time reaches it (it cannot keep a node alive before);
+        # it is not dropped against the clock now, which after a restart is the stored one, far behind.
         heapq.heappush(self.pending_heartbeats, (at, event.node))
 
     def _count_heartbeats(self) -> None:
         pending, now = self.pending_heartbeats, self.state.now
         while pending and pending[0][0] <= now:
             at, node = heapq.heappop(pending)
-            if at > self.heartbeats.get(node, -1):
+            # Whether the node exists is asked now, not when the heartbeat was read: after a restart the side topic
+            # is read ahead of a main log that may not have registered the node yet.
+            if node in self.state.cluster.nodes and at > self.heartbeats.get(node, -1):
                 self.heartbeats[node] = at
 
 

@@ -59,10 +59,12 @@ def test_every_audit_answers_alike_from_the_live_cell_and_its_exported_log(kafka
                                       labels={"rack": f"r{i // 2}"}) for i in range(4)],
                    m.CohortDefined(envelope=e(0), cohort="lab"),
                    m.TeamDefined(envelope=e(0), team="nlp", cohort="lab"),
-                   m.QuotaSet(envelope=e(0), team="nlp", gpu_type="H100", nominal=16),
+                   m.QuotaSet(envelope=e(0), team="nlp", gpu_type="H100", nominal=0),
                    m.TeamDefined(envelope=e(0), team="vision", cohort="lab"),
-                   m.QuotaSet(envelope=e(0), team="vision", gpu_type="H100", nominal=16))
-        cell.submit("borrower", "nlp", 3, at=1000)  # 24 GPUs: borrows 8 of vision's
+                   m.QuotaSet(envelope=e(0), team="vision", gpu_type="H100", nominal=32))
+        # 24 GPUs, all borrowed from vision: a reclaim never leaves a team below its nominal, so with nominal 0 the
+        # borrower's whole gang can be taken back
+        cell.submit("borrower", "nlp", 3, at=1000)
         logged = read_log(kafka_bootstrap, gangway_topics, until=lambda events: placed(
             [(0, x) for x in events], "borrower") is not None)
         cell.workers(placed(logged, "borrower"), m.WorkerStarted, at=2000)
