@@ -520,7 +520,7 @@ def _capacity_held(state: CellState, e: m.CapacityHeld, offset: int) -> None:
     """Claims the planned GPUs for the gang (those free now, and those its victims or its own interrupted attempt
     still hold, which stay claimed when they are released) and holds its quota; a hold replaces the gang's last."""
     job = state.jobs.get(e.job_id)
-    if job is None or job.ended or (job.team, job.gpu_type) != (e.team, e.gpu_type):
+    if job is None or job.ended or (job.team, job.gpu_type) != (e.team, e.gpu_type) or not 0 < e.gpus <= job.gpus:
         if job is not None:
             _note(job, e, offset, SUPERSEDED)
         return
@@ -538,7 +538,7 @@ def _capacity_held(state: CellState, e: m.CapacityHeld, offset: int) -> None:
             node.claimed[g] = job.job_id
         state.cluster.recount(node)
         held.append((a.worker, a.node, gpus))
-    job.held, job.held_quota, job.hold_victims, job.hold_until = tuple(held), max(0, e.gpus), tuple(e.victims), e.until
+    job.held, job.held_quota, job.hold_victims, job.hold_until = tuple(held), e.gpus, tuple(e.victims), e.until
     key = (job.team, job.gpu_type)
     state.tenancy.held[key] = state.tenancy.held.get(key, 0) + job.held_quota
     state.holds.add(job.job_id)

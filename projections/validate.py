@@ -204,6 +204,18 @@ def _text_fields(kind: type) -> tuple[tuple[str, type], ...]:
     return fields
 
 
+#: The least a cell's limits may be: below them the cell would refuse ordinary records (event ids alone run to
+#: dozens of characters), the CellConfigured that could raise them again included.
+LEAST_LIMITS = {"max_gpus_per_node": 1, "max_workers": 1, "max_name_length": 64, "max_tick_jump_ms": 1_000,
+                "max_event_lead_ms": 1_000}
+
+
+def _configured(state, e: m.CellConfigured) -> Refusal | None:
+    low = [f"{name} {getattr(e, name)} (at least {least:,})" for name, least in LEAST_LIMITS.items()
+           if getattr(e, name) is not None and getattr(e, name) < least]
+    return Refusal(Reason.OVERSIZED, "limits a cell could not live with: " + ", ".join(low)) if low else None
+
+
 def _tick(state, e: m.Tick) -> Refusal | None:
     jump = state.limits.max_tick_jump_ms
     if state.clock is not None and jump is not None and e.envelope.at > state.clock + jump:
@@ -266,6 +278,7 @@ def _node_fact(state, e) -> Refusal | None:
 
 
 _CHECKS = {
+    m.CellConfigured: _configured,
     m.Tick: _tick,
     m.JobSubmitted: _submitted,
     m.NodeRegistered: _registered,

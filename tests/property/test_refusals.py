@@ -31,6 +31,8 @@ HOSTILE: list[dict] = [
      "gpu_type": "H100"},
     {"type": "NodeRegistered", "node": "n9", "gpu_type": "H100", "gpus": 1_000_000_000},
     {"type": "NodeRegistered", "node": "n8", "gpu_type": "H100", "gpus": 0},
+    {"type": "CellConfigured", "topology_levels": ["block", "rack"], "max_name_length": 0},  # would refuse all
+    {"type": "CellConfigured", "topology_levels": ["block", "rack"], "max_gpus_per_node": -1, "max_workers": 0},
     {"type": "Tick", "stamped": BEYOND},
     {"type": "Tick", "stamped": 40 * 24 * 60 * MINUTE},
     {"type": "WorkerExited", "job_id": "nobody", "attempt": 1, "worker": 0, "node": "n0", "exit_code": 0},
