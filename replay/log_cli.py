@@ -7,7 +7,7 @@ import argparse
 from pathlib import Path
 
 from events.logfile import write_log_file
-from replay.source import add_source_arguments, guarded, position, read_source, window
+from replay.source import add_source_arguments, audited, position, read_source, window
 
 example = "gangway log export --cell cell-a --to 2024-05-01T12:00Z --out cell-a.avro"
 
@@ -26,7 +26,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    return guarded("log export", export)(args)
+    return audited("log export", export)(args)
 
 
 def export(args: argparse.Namespace) -> int:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -21,6 +20,7 @@ from confluent_kafka import KafkaException
 
 from events import models as m
 from events.broker import cluster_node_ids
+from events.command import guarded
 from events.logfile import NotALogFile, offsets_problem, read_log_file
 from events.reader import read_log
 from events.topics import cells_from_env
@@ -150,12 +150,6 @@ def window(log: Log, start: Position | None, end: Position | None) -> list[tuple
             or start.at is not None and e.envelope.at >= start.at]
 
 
-def guarded(name: str, body: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
+def audited(name: str, body: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
     """Runs an audit command: bad input is one line on stderr, prefixed with the command, and exit 1."""
-    def run(args: argparse.Namespace) -> int:
-        try:
-            return body(args)
-        except AuditError as error:
-            print(f"gangway {name}: {error}", file=sys.stderr)
-            return 1
-    return run
+    return guarded(name, body, AuditError)

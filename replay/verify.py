@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 
 from events import models as m
 from replay.audit.policy import named
-from replay.source import AuditError, add_source_arguments, guarded, read_source
+from replay.source import AuditError, add_source_arguments, audited, read_source
 from services.core.decider import Decider
 from services.core.replica import Replica
 from services.policies import UnknownPolicy, resolve
@@ -128,7 +128,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    return guarded("verify", _verify)(args)
+    return audited("verify", _verify)(args)
 
 
 def _verify(args: argparse.Namespace) -> int:

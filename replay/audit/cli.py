@@ -13,7 +13,7 @@ from replay.audit.policy import named, recorded
 from replay.audit.text import clock, table
 from replay.audit.timeline import Timeline, timeline
 from replay.audit.why import Why, why
-from replay.source import AuditError, add_source_arguments, guarded, position, read_source, upto, window
+from replay.source import AuditError, add_source_arguments, audited, position, read_source, upto, window
 from services.core.forecast import Estimate, forecast
 from services.launcher.cli import Command
 
@@ -158,12 +158,12 @@ def _report(args: argparse.Namespace) -> int:
 
 COMMANDS: tuple[tuple[str, str, Command], ...] = (
     ("explain", "a job's whole timeline from the log; --why re-runs the deciders to show what binds, with numbers",
-     Command(_explain_arguments, guarded("explain", _explain), "gangway explain llm-7 --why --log cell-a.avro")),
+     Command(_explain_arguments, audited("explain", _explain), "gangway explain llm-7 --why --log cell-a.avro")),
     ("replay", "the cell as it was at an offset or time: nodes by domain, jobs by state, quota use per team",
-     Command(_state_arguments, guarded("replay state", _state), "gangway replay state --at 2024-05-01T10:00Z")),
+     Command(_state_arguments, audited("replay state", _state), "gangway replay state --at 2024-05-01T10:00Z")),
     ("whatif", "re-drive a recorded log's inputs through another policy and compare the outcomes",
-     Command(_whatif_arguments, guarded("whatif", _whatif), "gangway whatif --policy fifo --log cell-a.avro")),
+     Command(_whatif_arguments, audited("whatif", _whatif), "gangway whatif --policy fifo --log cell-a.avro")),
     ("report", "the fair-share ledger per team: GPU-hours used, borrowed, lent; preemptions; wait percentiles",
-     Command(_report_arguments, guarded("report", _report),
+     Command(_report_arguments, audited("report", _report),
              "gangway report --team nlp --from 2024-05-01T00:00Z --to 2024-05-08T00:00Z")),
 )

@@ -14,8 +14,9 @@ from pathlib import Path
 
 from confluent_kafka import KafkaException
 
-from events.auth import AuthError, agent_principal, kafka_problem
+from events.auth import AuthError, agent_principal
 from events.clock import VirtualClock, epoch_from_env, speedup_from_env
+from events.command import guarded
 from events.durations import parse_duration
 from events.launcher.spec import valid_name
 from events.log import EventProducer
@@ -75,15 +76,7 @@ def run(args: argparse.Namespace) -> int:
                          signal.Signals[f"SIG{args.checkpoint_signal.upper().removeprefix('SIG')}"],
                          args.stop_grace / 1000, args.heartbeat_every / 1000 / args.speedup)
     clock = VirtualClock.anchored(args.speedup, args.epoch)
-    try:
-        run_agent(NodeAgent(config, cell), args.bootstrap_servers, cells, clock, args.drain_on_exit)
-    except AuthError as error:
-        print(f"gangway agent: {error}", file=sys.stderr)
-        return 1
-    except KafkaException as error:
-        print(f"gangway agent: {kafka_problem(error)}", file=sys.stderr)
-        return 1
-    return 0
+    return guarded("agent", lambda _: run_agent(NodeAgent(config, cell), args.bootstrap_servers, cells, clock, args.drain_on_exit) or 0, AuthError, KafkaException)(args)
 
 
 def _usage_problem(args: argparse.Namespace, cells: tuple[str, ...], cell: str) -> str | None:

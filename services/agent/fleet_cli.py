@@ -11,8 +11,9 @@ import sys
 from confluent_kafka import KafkaException
 
 from events import models as m
-from events.auth import FLEET, AuthError, kafka_problem
+from events.auth import FLEET, AuthError
 from events.clock import VirtualClock, epoch_from_env
+from events.command import guarded
 from events.durations import parse_duration
 from events.log import EventProducer
 from events.reader import LogReader
@@ -70,15 +71,7 @@ def run(args: argparse.Namespace) -> int:
               file=sys.stderr)
         return 2
     clock = VirtualClock.anchored(args.speedup, args.epoch)
-    try:
-        run_fleet(fleet, args.bootstrap_servers, topic_names(), cells, clock, topic_prefix())
-    except AuthError as error:
-        print(f"gangway fleet: {error}", file=sys.stderr)
-        return 1
-    except KafkaException as error:
-        print(f"gangway fleet: {kafka_problem(error)}", file=sys.stderr)
-        return 1
-    return 0
+    return guarded("fleet", lambda _: run_fleet(fleet, args.bootstrap_servers, topic_names(), cells, clock, topic_prefix()) or 0, AuthError, KafkaException)(args)
 
 
 def run_fleet(fleet: Fleet, bootstrap: str, topics: TopicNames, cells: tuple[str, ...], clock: VirtualClock,

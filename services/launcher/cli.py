@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -13,8 +12,9 @@ from confluent_kafka import KafkaException
 from rich.live import Live
 from rich.spinner import Spinner
 
-from events.auth import AuthError, kafka_problem
+from events.auth import AuthError
 from events.broker import cluster_node_ids
+from events.command import guarded
 from events.launcher.spec import SpecError, load_documents
 from projections.jobs import JobState
 from services.launcher.client import Client, JobStatus, LauncherError
@@ -57,20 +57,7 @@ def _client(args: argparse.Namespace) -> Client:
 
 def _guarded(name: str, body: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
     """Runs a command; a refused request or an unreachable broker is one line on stderr and exit 1."""
-    def run(args: argparse.Namespace) -> int:
-        try:
-            return body(args)
-        except (LauncherError, SpecError, AuthError) as error:
-            for line in str(error).splitlines():
-                print(f"gangway {name}: {line}", file=sys.stderr)
-            return 1
-        except KafkaException as error:
-            print(f"gangway {name}: {kafka_problem(error)}", file=sys.stderr)
-            return 1
-        except TimeoutError as error:
-            print(f"gangway {name}: {error}", file=sys.stderr)
-            return 1
-    return run
+    return guarded(name, body, LauncherError, SpecError, AuthError, KafkaException, TimeoutError)
 
 
 # --- submit ----------------------------------------------------------------------------------------
