@@ -135,18 +135,25 @@ def _drop_reservation(state: CellState, job: Job) -> None:
     state.reservations.pop(job.job_id, None)
 
 
+def _let_go(state: CellState, job_id: str, placements, rows: str) -> None:
+    """Takes the job off the GPUs of `placements` ((worker, node, GPUs) triples) in the nodes' `rows`: `holder`
+    (GPUs it runs on) or `claimed` (GPUs held for it); a GPU since given to another job stays that job's."""
+    for _, name, gpus in placements:
+        node = state.cluster.nodes.get(name)
+        if node is None:
+            continue
+        owned = getattr(node, rows)
+        for g in gpus:
+            if owned.get(g) == job_id:
+                del owned[g]
+        state.cluster.recount(node)
+
+
 def _drop_hold(state: CellState, job: Job) -> None:
     """Gives back the capacity held for the job: its claimed GPUs and its held quota."""
     if not job.has_hold:
         return
-    for _, name, gpus in job.held:
-        node = state.cluster.nodes.get(name)
-        if node is None:
-            continue
-        for g in gpus:
-            if node.claimed.get(g) == job.job_id:
-                del node.claimed[g]
-        state.cluster.recount(node)
+    _let_go(state, job.job_id, job.held, "claimed")
     key = (job.team, job.gpu_type)
     held = state.tenancy.held.get(key, 0) - job.held_quota
     if held:
@@ -399,14 +406,7 @@ def _hold(state: CellState, job: Job, assignments: list[m.WorkerAssignment], dom
 
 
 def _unhold(state: CellState, job: Job) -> None:
-    for _, node_name, gpus in job.assignments:
-        node = state.cluster.nodes.get(node_name)
-        if node is None:
-            continue
-        for g in gpus:
-            if node.holder.get(g) == job.job_id:
-                del node.holder[g]
-        state.cluster.recount(node)
+    _let_go(state, job.job_id, job.assignments, "holder")
     job.assignments = ()
     job.domain = None
 
