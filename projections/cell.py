@@ -59,6 +59,11 @@ class CellState:
     def job(self, job_id: str) -> Job | None:
         return self.jobs.get(job_id)
 
+    def leaving(self) -> dict[str, Job]:
+        """The ended jobs the next Tick takes out of the state, by id: what readers that keep ended jobs save
+        before folding a Tick."""
+        return {j: self.jobs[j] for j in sorted(self.ending) if j in self.jobs}
+
     def recent_runtimes(self) -> list[float]:
         """The runtime fractions of the RUNTIME_HISTORY latest-submitted jobs that succeeded on their first
         attempt, whether they have left the state or are about to."""

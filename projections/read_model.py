@@ -46,7 +46,7 @@ class ReadModel:
         before = self.state.jobs.get(job_id) if job_id else None
         attempt_before = before.attempt if before is not None else None
         if isinstance(event, m.Tick):  # the jobs that ended leave the cell's state now; their readers keep them
-            self.finished.update((j, self.state.jobs[j]) for j in sorted(self.state.ending) if j in self.state.jobs)
+            self.finished.update(self.state.leaving())
         evolve(self.state, event, offset)
         job = self.state.jobs.get(job_id) if job_id else None
         if job is not None and event.is_decision and job.reason_offset == offset:  # a decision the fold accepted

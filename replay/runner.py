@@ -103,7 +103,7 @@ class VirtualCell:
         while cursor < len(self.log):
             current, offset = self.log[cursor], self.first_offset + cursor
             if self.keep_ended and isinstance(current, m.Tick):  # the jobs that ended leave the state now
-                self.ended.update((j, self.state.jobs[j]) for j in sorted(self.state.ending) if j in self.state.jobs)
+                self.ended.update(self.state.leaving())
             refused = fold(self.state, current, offset)
             for replica in self.replicas:
                 self.log.extend(replica.answer(offset, current, refused))

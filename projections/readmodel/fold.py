@@ -87,7 +87,7 @@ class CellFold:
                 state.offset = offset
                 continue
             if isinstance(event, m.Tick):
-                leaving.update((j, state.jobs[j]) for j in sorted(state.ending) if j in state.jobs)
+                leaving.update(state.leaving())
             evolve(state, event, offset)
             events[offset] = event
             self._count(event, offset, hours_touched)

@@ -30,7 +30,7 @@ def at(records: Sequence[tuple[int, m.Event]], cell: str) -> CellView:
     ended: dict[str, str] = {}  # ended jobs leave the state at the next Tick: their final states are kept here
     for offset, event in records:
         if isinstance(event, m.Tick):
-            ended.update((j, state.jobs[j].state.value) for j in sorted(state.ending) if j in state.jobs)
+            ended.update((j, job.state.value) for j, job in state.leaving().items())
         evolve(state, event, offset)
     return describe(state, cell, ended)
 
