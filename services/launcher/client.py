@@ -176,11 +176,7 @@ class Client:
         self.model.fold(offset, event)
 
     def get(self, job_id: str) -> JobStatus:
-        self.refresh()
-        status = self._status(job_id, self._estimates())
-        if status is None:
-            raise LauncherError(f"no job {job_id!r} in cell {self.cell}")
-        return status
+        return self._appeared(job_id, within=0)
 
     def list(self, team: str | None = None, states: Iterable[str] = (), include_ended: bool = False) -> list[JobStatus]:
         """Jobs in submission order; ended ones only with `include_ended` or when `states` names them."""
