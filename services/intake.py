@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import logging
 import re
-import signal
 import time
 from collections.abc import Sequence
 
@@ -32,6 +31,7 @@ from events.log import EventConsumer, EventProducer, LogRecord, ProducerFenced
 from events.topics import TopicNames
 from events.tracing import Tracer
 from projections.validate import not_its_writer
+from services.stop import StopRequest
 
 log = logging.getLogger("gangway.intake")
 
@@ -64,7 +64,7 @@ class Intake:
     def __init__(self, bootstrap: str, topics: TopicNames, cells: Sequence[str], name_prefix: str = "",
                  batch_size: int = 500, tracer: Tracer | None = None) -> None:
         self.topics, self.cells = topics, tuple(cells)
-        self.batch_size, self.stopping = batch_size, False
+        self.batch_size = batch_size
         self.codec = EventCodec()
         self.tracer = tracer or Tracer(NAME)
         principal = service_principal(NAME)
@@ -76,12 +76,13 @@ class Intake:
         self.producer = EventProducer(bootstrap, f"{name_prefix}gangway-{NAME}", topics, cells, principal=principal)
         self.taken = self.refused = 0
 
-    def run(self, max_polls: int | None = None) -> None:
-        signal.signal(signal.SIGTERM, self._stop)
-        signal.signal(signal.SIGINT, self._stop)
+    def run(self, max_polls: int | None = None, stop: StopRequest | None = None) -> None:
+        """Takes input in until stopped (SIGTERM / SIGINT, or `stop` if the caller listens already) or
+        `max_polls` polls."""
+        stop = stop or StopRequest.listen()
         polls = 0
         try:
-            while not self.stopping and (max_polls is None or polls < max_polls):
+            while not stop.asked and (max_polls is None or polls < max_polls):
                 try:
                     self.poll_once()
                 except (KafkaException, ProducerFenced) as error:
@@ -92,9 +93,6 @@ class Intake:
             self.consumer.close()
             self.producer.flush()
             self.tracer.shutdown()
-
-    def _stop(self, *_: object) -> None:
-        self.stopping = True
 
     def _rewind(self) -> None:
         """Back to the committed input offsets: nothing of the failed batch reached Kafka."""

@@ -23,6 +23,7 @@ from services.policies import UnknownPolicy, resolve
 from services.preemptor.decide import Preemptor
 from services.recovery.decide import Recovery
 from services.shell import ServiceShell
+from services.stop import StopRequest
 
 DECIDERS = {"admitter": Admitter, "placer": Placer, "preemptor": Preemptor, "recovery": Recovery}
 EVERYTHING = (*DECIDERS, "clock", "intake")
@@ -56,13 +57,14 @@ def run(args: argparse.Namespace) -> int:
     topics = topic_names()
     if args.service == "all":
         return _run_all(args)
+    stop = StopRequest.listen()  # before anything starts: a stop while starting is a clean exit
     try:
         if args.service == "clock":
             run_clock(args.bootstrap_servers, topics, cells, args.tick_interval,
                       VirtualClock.anchored(args.speedup, args.epoch))
             return 0
         if args.service == "intake":
-            Intake(args.bootstrap_servers, topics, cells, name_prefix=topic_prefix()).run()
+            Intake(args.bootstrap_servers, topics, cells, name_prefix=topic_prefix()).run(stop=stop)
             return 0
     except AuthError as error:
         print(f"gangway run {args.service}: {error}", file=sys.stderr)
@@ -70,7 +72,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         shell = ServiceShell(DECIDERS[args.service](), args.bootstrap_servers, topics, cells,
                              args.state_dir.expanduser(), resolve(args.policy), name_prefix=topic_prefix())
-        shell.run()
+        shell.run(stop=stop)
     except (UnknownPolicy, StoreMismatch, AuthError) as error:
         print(f"gangway run {args.service}: {error}", file=sys.stderr)
         return 1

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import json
 import logging
-import signal
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -45,6 +44,7 @@ from projections.store import ProjectionStore
 from services.core.decider import Decider
 from services.core.replica import Replica
 from services.policy import Policy
+from services.stop import StopRequest
 
 log = logging.getLogger("gangway.shell")
 
@@ -97,7 +97,6 @@ class ServiceShell:
         self.bootstrap, self.topics, self.cells = bootstrap_servers, topics, tuple(cells)
         self.data_dir, self.batch_size = Path(data_dir), batch_size
         self.runtimes: dict[int, CellRuntime] = {}
-        self.stopping = False
         self.timings = Timings()
         self.codec = EventCodec()
         self.name_prefix = name_prefix  # isolates group and transactional ids like the topic prefix does
@@ -165,13 +164,13 @@ class ServiceShell:
 
     # --- the loop ---------------------------------------------------------------------------
 
-    def run(self, max_batches: int | None = None) -> None:
-        """Polls and decides until stopped (SIGTERM / SIGINT) or `max_batches` polls."""
-        signal.signal(signal.SIGTERM, self._stop)
-        signal.signal(signal.SIGINT, self._stop)
+    def run(self, max_batches: int | None = None, stop: StopRequest | None = None) -> None:
+        """Polls and decides until stopped (SIGTERM / SIGINT, or `stop` if the caller listens already) or
+        `max_batches` polls."""
+        stop = stop or StopRequest.listen()
         polls = 0
         try:
-            while not self.stopping and (max_batches is None or polls < max_batches):
+            while not stop.asked and (max_batches is None or polls < max_batches):
                 self.poll_once()
                 polls += 1
         finally:
@@ -181,9 +180,6 @@ class ServiceShell:
                 runtime.store.close()
             self.tracer.shutdown()
             log.info("%s timings: %s", self.decider.name, self.timings.summary())
-
-    def _stop(self, *_: object) -> None:
-        self.stopping = True
 
     def poll_once(self, timeout: float = 0.5) -> int:
         records = self.consumer.poll(self.batch_size, timeout)

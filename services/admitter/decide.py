@@ -12,7 +12,7 @@ the reservation's shadow time (Slurm's EASY backfill; see services/core/placemen
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from events import models as m
 from events.models import Reason
@@ -337,10 +337,11 @@ def admission_cycle(state: CellState, ctx: Context, only: Job | None = None, ref
                 Reason.INSUFFICIENT_FREE_GPUS, f"no room for {fewest * job.gpus_per_worker} {job.gpu_type} GPUs now")
         else:
             excluded = excluded_nodes(reservations, job, now, shadows, state.jobs)
-            if holds:  # its held GPUs are its own, even on nodes reserved for another gang
-                mine = {name for _, name, _ in job.held}
-                excluded = [name for name in excluded if name not in mine]
-            outcome = place_gang(view, job, most, ctx.policy.placement, excluded)
+            # Its held GPUs are its own, even on nodes reserved for another gang; the rest of such a node is not.
+            mine = _held_on(job, excluded) if holds else {}
+            with view.only(mine):
+                outcome = place_gang(view, job, most, ctx.policy.placement,
+                                     [name for name in excluded if name not in mine])
         if isinstance(outcome, Placement):
             gpus = len(outcome.assignments) * job.gpus_per_worker
             blocker = guard.blocker(job, gpus) if guard is not None and not holds else None
@@ -404,6 +405,16 @@ def _expiry(state: CellState, job: Job) -> str:
 def _held_free(state: CellState, gpu_type: str, held: set[str]) -> int:
     """GPUs of the type held for waiting gangs (`held`) that no job holds now: free for those gangs alone."""
     return sum(held_free(state, state.jobs[j]) for j in sorted(held) if state.jobs[j].gpu_type == gpu_type)
+
+
+def _held_on(job: Job, nodes: Sequence[str]) -> dict[str, set[int]]:
+    """The GPUs held for `job` on each of `nodes` (reserved for other gangs) where it holds any."""
+    reserved = set(nodes)
+    mine: dict[str, set[int]] = {}
+    for _, name, gpus in job.held:
+        if name in reserved:
+            mine.setdefault(name, set()).update(gpus)
+    return mine
 
 
 def _ends_no_sooner(job: Job) -> Callable[[Job], bool]:

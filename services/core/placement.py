@@ -14,7 +14,8 @@ that outranks the holder in their team's queue may use them.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -125,6 +126,28 @@ class CapacityView:
     def reclaim(self, job: Job) -> None:
         """Undoes `unclaim`: the GPUs held for `job` are off limits again."""
         self._claims(job, False)
+
+    @contextmanager
+    def only(self, allowed: Mapping[str, set[int]]) -> Iterator[None]:
+        """Within the block, of each named node only the `allowed` GPUs are free in this view: a gang with GPUs
+        held for it on a node reserved for another gang may use those GPUs there, and no others."""
+        hidden: dict[str, set[int]] = {}
+        for name in sorted(allowed):
+            node = self.cluster.nodes[name]
+            extra = set(self.free_indices(node)) - allowed[name]
+            if extra:
+                before = self.free(node)
+                self.taken.setdefault(name, set()).update(extra)
+                self._set_free(node, before, len(self.free_indices(node)))
+                hidden[name] = extra
+        try:
+            yield
+        finally:
+            for name in sorted(hidden):
+                node = self.cluster.nodes[name]
+                before = self.free(node)
+                self.taken[name] -= hidden[name]
+                self._set_free(node, before, len(self.free_indices(node)))
 
     def _claims(self, job: Job, usable: bool) -> None:
         for _, name, gpus in job.held:
