@@ -22,7 +22,7 @@ from replay.sim import report
 from replay.sim.progress import ProgressBar
 from replay.sim.run import run as run_policy
 from replay.sim.workload import SimConfig, build_workload
-from services.policies import CATALOGUE
+from services.policies import CATALOGUE, UnknownPolicy, resolve
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -39,8 +39,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     cell.add_argument("--nodes-csv", type=Path, metavar="PATH",
                       help="heterogeneous cell from a node list with sn,gpu,model columns (Alibaba openb)")
     pol = parser.add_argument_group("policy and tenancy")
-    pol.add_argument("--policy", default="gangway", help=f"one of: {', '.join(CATALOGUE)} (default gangway)")
-    pol.add_argument("--policies", default=",".join(CATALOGUE), help="for compare: comma-separated policy names")
+    pol.add_argument("--policy", default="gangway", help=f"one of: {', '.join(CATALOGUE)} (default gangway), or a version with knobs "
+                          "overridden, e.g. 'gangway-1+admission.reservation_after_ms=\"1h\"'")
+    pol.add_argument("--policies", default=",".join(CATALOGUE), help="for compare: comma-separated policy names or versions")
     pol.add_argument("--borrowing-limit", type=float, metavar="F",
                      help="each team may borrow at most F x its nominal quota (default: unlimited)")
     pol.add_argument("--lending-limit", type=float, metavar="F",
@@ -88,9 +89,11 @@ def config_from(args: argparse.Namespace) -> SimConfig:
 
 def run(args: argparse.Namespace) -> int:
     names = [p.strip() for p in args.policies.split(",") if p.strip()] if args.mode == "compare" else [args.policy]
-    unknown = [n for n in names if n not in CATALOGUE]
-    if unknown:
-        print(f"gangway sim: unknown policy {', '.join(unknown)}; known: {', '.join(CATALOGUE)}", file=sys.stderr)
+    try:
+        for name in names:
+            resolve(name)
+    except UnknownPolicy as error:
+        print(f"gangway sim: {error}", file=sys.stderr)
         return 1
     if args.gpus is None and args.nodes_csv is None:
         print("gangway sim: give the cell: --gpus N, --gpus 1.2x, or --nodes-csv PATH", file=sys.stderr)

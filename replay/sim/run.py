@@ -53,7 +53,7 @@ from replay.sim.estimates import EstimateRecorder
 from replay.sim.metrics import Meter, _r, percentile, summarize
 from replay.sim.workload import COHORT, HOUR_MS, SimConfig, Workload, gpu_failures, private_workload
 from services.agent.simulated import AgentTiming, SimulatedAgents
-from services.policies import CATALOGUE
+from services.policies import resolve
 from services.policy import Policy
 
 
@@ -184,7 +184,7 @@ def run(workload: Workload, policy_name: str, config: SimConfig, progress: Progr
         observers: Sequence[Observer] = ()) -> tuple[dict, RunOutcome]:
     """Simulates one policy on the shared cell (and each team on its private cell) -> (result JSON, outcome);
     `observers` see the shared cell's log."""
-    policy = CATALOGUE[policy_name]
+    policy = resolve(policy_name)
     outcome = simulate(workload, policy, config, progress, observers)
     metrics = outcome.metrics
     if config.private and len(workload.teams) > 1:

@@ -84,7 +84,9 @@ def test_compare_prints_one_table_and_writes_the_report(traces, tmp_path, capsys
 def test_bad_input_is_refused_with_a_message(traces, tmp_path, capsys):
     mixed_trace(traces, jobs=4)
     assert sim_cli("--trace", str(traces), "--gpus", "16", "--policy", "slurm") == 1
-    assert "unknown policy slurm" in capsys.readouterr().err
+    assert "unknown policy 'slurm'" in capsys.readouterr().err
+    assert sim_cli("--trace", str(traces), "--gpus", "16", "--policy", "gangway-1+admission.nope=1") == 1
+    assert "unknown knob policy.admission.nope" in capsys.readouterr().err
     assert sim_cli("--trace", str(tmp_path / "nothing.csv"), "--gpus", "16") == 1
     assert "no trace at" in capsys.readouterr().err
     assert sim_cli("--trace", str(traces)) == 2
