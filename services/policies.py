@@ -159,6 +159,10 @@ def _coerce(section: str, name: str, default: Any, value: Any) -> Any:
         if not isinstance(value, str):
             raise ValueError(f"{where} must be a string, not {value!r}")
         return value
+    if isinstance(default, float):
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ValueError(f"{where} must be a number, not {value!r}")
+        return float(value)
     if (value is None and default is None) or (isinstance(value, int) and not isinstance(value, bool)):
         return value
     raise ValueError(f"{where} must be an integer{' or null' if default is None else ''}, not {value!r}")

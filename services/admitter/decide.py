@@ -22,7 +22,7 @@ from projections.reservations import ends_before
 from projections.tenancy import DEFAULT_PRIORITY
 from projections.validate import request_problem, team_problem
 from services.core.decider import Context
-from services.core.heads import EVENTUALLY, Guard, HeadStart, held_free
+from services.core.heads import EVENTUALLY, Guard, HeadStart, held_free, may_drain
 from services.core.placement import (
     CapacityView,
     Placement,
@@ -234,7 +234,8 @@ def admission_cycle(state: CellState, ctx: Context, only: Job | None = None, ref
         excluded = excluded_nodes(reservations, job, now, shadows, state.jobs)
         return isinstance(place_gang(view, job, most, ctx.policy.placement, excluded), Placement)
 
-    guard = Guard(state, now, policy.borrowing, view.free_gpus, usage, admissible, reservations, held) if (
+    guard = Guard(state, now, policy.borrowing, view.free_gpus, usage, admissible, reservations, held,
+                  policy.max_drain_share) if (
         policy.protect_queue_heads and policy.backfill) else None
     admitted_per_team: dict[str, int] = {}
     # The smallest gang of each (GPU type, GPUs per worker) that found no room: bigger ones won't either.
@@ -269,7 +270,7 @@ def admission_cycle(state: CellState, ctx: Context, only: Job | None = None, ref
         is the first of its kind: gangs of equal needs share the reservation of the one that ranks first."""
         waited = now - max(job.submitted_at, job.not_before)
         if (waited < policy.reservation_after_ms or len(reservations) >= policy.max_reservations
-                or not _first_of_kind(state, job, reservations, now)):
+                or not may_drain(state, job, policy.max_drain_share) or not _first_of_kind(state, job, reservations, now)):
             return False
         nodes = reservation_for(state, job, reserved_by)
         if not nodes:

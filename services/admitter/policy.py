@@ -20,4 +20,12 @@ class AdmissionPolicy:
     #: Slurm's backfill guarantee: no lower-ranked work is admitted if it would delay the expected start of a
     #: gang that heads its team's queue, or the cell's (services/core/heads.py); off: smaller work passes freely
     protect_queue_heads: bool = True
+    #: A gang drains capacity for itself (a reservation, a queue head that lower-ranked work may not delay) only
+    #: while it needs at most this share of its GPU type's schedulable GPUs; a bigger gang starts when enough
+    #: frees on its own, as under Kueue: draining most of a cell for one gang idles more than it saves.
+    max_drain_share: float = 1.0
     admissions_per_team_per_cycle: int | None = None  # None: no limit (Kueue admits one per queue)
+
+    def __post_init__(self) -> None:
+        if not 0 < self.max_drain_share <= 1:
+            raise ValueError(f"policy.admission.max_drain_share must be in (0, 1], not {self.max_drain_share!r}")

@@ -186,6 +186,12 @@ def team_head(state: CellState, team: str, skip: Container[str] = frozenset()) -
     return state.jobs[best[1]] if best is not None else None
 
 
+def may_drain(state: CellState, job: Job, share: float) -> bool:
+    """Whether the gang may drain capacity for itself (a reservation, a protected queue head): it needs at most
+    `share` of its GPU type's schedulable GPUs (AdmissionPolicy.max_drain_share)."""
+    return job.min_gpus <= share * state.cluster.capacity(job.gpu_type)
+
+
 def admissible_now(state: CellState, head: Job, now: int, policy: Policy) -> bool:
     """Whether the admitter would admit the gang now on the folded state: not backing off, its quota fits and a
     placement exists outside the nodes reserved for other gangs it may not backfill onto."""
@@ -214,8 +220,9 @@ class Guard:
     hold instead."""
 
     def __init__(self, state: CellState, now: int, borrowing: bool, free: Callable[[str], int], usage: Usage,
-                 admissible: Callable[[Job], bool], reservations: Container[str], held: Container[str]) -> None:
-        self.state, self.now, self.borrowing = state, now, borrowing
+                 admissible: Callable[[Job], bool], reservations: Container[str], held: Container[str],
+                 drain_share: float = 1.0) -> None:
+        self.state, self.now, self.borrowing, self.drain_share = state, now, borrowing, drain_share
         # The cycle's view, live: free GPUs by type, quota usage, whether a gang is admissible, reservation holders,
         # and the gangs with capacity held for them (less the holds this cycle released).
         self.free, self.usage, self.admissible = free, usage, admissible
@@ -241,9 +248,11 @@ class Guard:
                 and head.job_id not in self.held and self.start(head).start is not None)
 
     def team_head(self, team: str) -> Job | None:
+        """The team's head, if it may drain (a gang too big to drain is not protected)."""
         if team not in self.team_heads:
             self.team_heads[team] = team_head(self.state, team, self.admitted_ids)
-        return self.team_heads[team]
+        head = self.team_heads[team]
+        return head if head is None or may_drain(self.state, head, self.drain_share) else None
 
     def start(self, head: Job) -> HeadStart:
         start = self.starts.get(head.job_id)
