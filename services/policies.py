@@ -6,7 +6,7 @@ simulator (or a what-if replay) runs the very same deciders under another policy
 
 | name | what it models | knobs that differ from `gangway` |
 | --- | --- | --- |
-| `gangway` | quota lending and borrowing in a cohort, fair share, within-nominal work first, no team's waiting head delayed by its team's later work, backfill around up to 4 aged reservations, topology-aware best-fit placement, checkpoint-aware reclaim preemption that holds what it frees for its gang | none |
+| `gangway` | quota lending and borrowing in a cohort, fair share, within-nominal work first, no team's waiting head delayed by its team's later work, backfill around up to 4 aged reservations (a gang drains capacity for itself only while it needs at most half its GPU type), topology-aware best-fit placement, checkpoint-aware reclaim preemption that holds what it frees for its gang | none |
 | `fifo` | one strict FIFO queue of gangs: the head blocks everything behind it | no fair share, no within-nominal ordering, no backfill, no preemption |
 | `static` | a static partition: each team confined to its nominal quota, nothing lent | no borrowing, no preemption |
 | `kueue-like` | Kueue with BestEffortFIFO queues: lending, borrowing, reclaim and priority preemption, no topology or checkpoint awareness, one admission per queue per cycle | no fair share, no reservations, no protected queue heads, topology-blind first-fit placement, victims newest first with no checkpoint grace, no minimum runtime, 1 admission per team per cycle |
@@ -36,7 +36,7 @@ FIFO = Policy(
 
 STATIC = Policy(
     version="static-1",
-    admission=replace(AdmissionPolicy(), borrowing=False),
+    admission=replace(AdmissionPolicy(), borrowing=False, max_drain_share=1.0),
     preemption=PreemptionPolicy(enabled=False),
 )
 
@@ -53,7 +53,7 @@ KUEUE_LIKE = Policy(
 BACKFILL = Policy(
     version="backfill-1",
     admission=AdmissionPolicy(fair_share=False, nominal_first=False, backfill=True, reservation_after_ms=0,
-                              max_reservations=1, protect_queue_heads=False),
+                              max_reservations=1, protect_queue_heads=False, max_drain_share=1.0),
     preemption=PreemptionPolicy(enabled=False),
 )
 
@@ -64,6 +64,13 @@ CATALOGUE: dict[str, Policy] = {
     "static": STATIC,
     "kueue-like": KUEUE_LIKE,
     "backfill": BACKFILL,
+}
+
+
+#: Earlier versions of the catalogue's policies: decisions recorded under them still resolve (verify, what-if).
+EARLIER: dict[str, Policy] = {
+    # before admission.max_drain_share: every gang could drain the whole cell for itself
+    "gangway-1": replace(GANGWAY, version="gangway-1", admission=replace(GANGWAY.admission, max_drain_share=1.0)),
 }
 
 
@@ -88,7 +95,7 @@ def resolve(name_or_version: str) -> Policy:
     if name_or_version in CATALOGUE:
         return CATALOGUE[name_or_version]
     base_version, *knobs = name_or_version.split("+")
-    base = next((p for p in CATALOGUE.values() if p.version == base_version), None)
+    base = next((p for p in [*CATALOGUE.values(), *EARLIER.values()] if p.version == base_version), None)
     if base is None:
         known = ", ".join(f"{name} ({p.version})" for name, p in CATALOGUE.items())
         raise UnknownPolicy(f"unknown policy {name_or_version!r}; known: {known}, each optionally with "

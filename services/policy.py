@@ -14,7 +14,7 @@ from services.recovery.policy import RecoveryPolicy
 class Policy:
     """Every knob of every decider, under one version string that decisions record."""
 
-    version: str = "gangway-1"
+    version: str = "gangway-2"  # a change of any default is a new version (services/policies.py keeps the old)
     admission: AdmissionPolicy = field(default_factory=AdmissionPolicy)
     placement: PlacementPolicy = field(default_factory=PlacementPolicy)
     preemption: PreemptionPolicy = field(default_factory=PreemptionPolicy)

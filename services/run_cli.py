@@ -40,7 +40,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="where each service keeps its RocksDB projections (default ~/.gangway/state)")
     parser.add_argument("--policy", default="gangway",
                         help="the policy the services decide under: a name (gangway, fifo, static, kueue-like, "
-                             "backfill) or a recorded version such as gangway-1+admission.backfill=false")
+                             "backfill) or a recorded version such as gangway-2+admission.backfill=false")
     parser.add_argument("--tick-interval", type=float, default=1.0, help="clock: seconds between ticks")
     parser.add_argument("--speedup", type=float, default=1.0, help="clock: event time runs this many times faster")
     parser.add_argument("--epoch", type=float, default=epoch_from_env(),

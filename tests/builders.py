@@ -9,6 +9,7 @@ from __future__ import annotations
 from events import models as m
 from events.submission import job_submitted
 from replay.runner import VirtualCell
+from services.policy import DEFAULT_POLICY, Policy
 
 H100 = "H100"
 
@@ -55,9 +56,9 @@ def tick(at: int) -> m.Tick:
     return m.Tick(envelope=env(at, "clock"))
 
 
-def fold(*events: m.Event) -> VirtualCell:
+def fold(*events: m.Event, policy: Policy = DEFAULT_POLICY) -> VirtualCell:
     """A virtual cell (no agents, no clock beyond the events' own times) after playing `events` in order."""
-    cell = VirtualCell(cell="test-cell")
+    cell = VirtualCell(cell="test-cell", policy=policy)
     cell.schedule_all(events)
     cell.run_until(max((e.envelope.at for e in events), default=0))
     return cell

@@ -40,7 +40,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                       help="heterogeneous cell from a node list with sn,gpu,model columns (Alibaba openb)")
     pol = parser.add_argument_group("policy and tenancy")
     pol.add_argument("--policy", default="gangway", help=f"one of: {', '.join(CATALOGUE)} (default gangway), or a version with knobs "
-                          "overridden, e.g. 'gangway-1+admission.reservation_after_ms=\"1h\"'")
+                          "overridden, e.g. 'gangway-2+admission.reservation_after_ms=\"1h\"'")
     pol.add_argument("--policies", default=",".join(CATALOGUE), help="for compare: comma-separated policy names or versions")
     pol.add_argument("--borrowing-limit", type=float, metavar="F",
                      help="each team may borrow at most F x its nominal quota (default: unlimited)")

@@ -23,7 +23,7 @@ class AdmissionPolicy:
     #: A gang drains capacity for itself (a reservation, a queue head that lower-ranked work may not delay) only
     #: while it needs at most this share of its GPU type's schedulable GPUs; a bigger gang starts when enough
     #: frees on its own, as under Kueue: draining most of a cell for one gang idles more than it saves.
-    max_drain_share: float = 1.0
+    max_drain_share: float = 0.5
     admissions_per_team_per_cycle: int | None = None  # None: no limit (Kueue admits one per queue)
 
     def __post_init__(self) -> None:

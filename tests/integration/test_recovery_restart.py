@@ -14,7 +14,7 @@ from events.submission import job_submitted
 from tests.integration.control_plane import ControlPlane, Operator, read_log
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
-POLICY = "gangway-1+recovery.heartbeat_timeout_ms=6000"  # a short timeout keeps the test short
+POLICY = "gangway-2+recovery.heartbeat_timeout_ms=6000"  # a short timeout keeps the test short
 NODES = [f"cell-a-b0-r0-n{i}" for i in range(4)]
 
 

@@ -10,7 +10,7 @@ import pytest
 from replay.sim import workload
 from replay.sim.run import RunOutcome, simulate
 from replay.sim.run import run as run_policy
-from services.policies import CATALOGUE
+from services.policies import resolve
 
 #: No failures and no checkpoint, restart or start-up costs unless a test asks: outcomes are known in advance.
 QUIET = workload.SimConfig(failures_per_1000_gpu_days=0.0, checkpoint_cost_s=0, restart_cost_s=0, start_delay_s=0,
@@ -43,5 +43,5 @@ def run(folder: Path, policy: str, gpus: int, **config) -> tuple[dict, RunOutcom
 def queue_s(folder: Path, policy: str, gpus: int, **config) -> dict[str, float | None]:
     """Each job's queueing delay in seconds (None if it did not succeed)."""
     cfg = workload.with_config(QUIET, gpus=gpus, **config)
-    outcome = simulate(workload.build_workload([folder], cfg), CATALOGUE[policy], cfg)
+    outcome = simulate(workload.build_workload([folder], cfg), resolve(policy), cfg)
     return {job_id: waited for job_id, (_, waited, _) in outcome.per_job.items()}

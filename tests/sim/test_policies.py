@@ -70,10 +70,13 @@ def test_backfill_lets_the_small_job_pass_the_blocked_head(traces, name):
     assert waits["solo-00003"] == 2 * H - 60  # the gang is not delayed by it
 
 
-def stream_of_small_jobs(traces):
-    """Whole-node jobs of 1 h every 30 min keep a 2-node cell busy for 10 h; a 2-node gang arrives at 10 min."""
-    small = [(k * 1800, H, 8) for k in range(21)]
+def stream_of_small_jobs(traces, nodes: int = 2) -> str:
+    """Whole-node jobs of 1 h, `nodes` / 2 every 30 min (and as many of 30 min at the start), keep a cell of `nodes`
+    nodes busy for 10 h; a 2-node gang arrives at 10 min. Returns the gang's job id."""
+    small = [(k * 1800, H, 8) for k in range(21) for _ in range(nodes // 2)]
+    small += [(0, H // 2, 8)] * (nodes // 2 - 1)
     write_trace(traces, "solo", [*small, (600, H, 16)])
+    return f"solo-{len(small):05d}"
 
 
 def test_easy_backfill_reserves_for_the_head_at_once(traces):
@@ -89,9 +92,15 @@ def test_kueue_like_without_reservations_starves_the_gang(traces):
 
 
 def test_gangway_reservation_ages_in(traces):
-    stream_of_small_jobs(traces)
-    waits = queue_s(traces, "gangway", 16)
-    assert waits["solo-00021"] == H - 600  # reserved after 5 min of waiting, which is before any node frees
+    gang = stream_of_small_jobs(traces, nodes=4)  # the gang needs half the cell: it may drain it
+    waits = queue_s(traces, "gangway", 32)
+    assert waits[gang] == H // 2 - 600  # reserved after 5 min of waiting, before the first nodes free at 30 min
+
+
+def test_gangway_drains_nothing_for_a_gang_bigger_than_half_the_cell(traces):
+    stream_of_small_jobs(traces)  # the gang needs the whole cell (admission.max_drain_share is 0.5)
+    assert queue_s(traces, "gangway", 16)["solo-00021"] > 10 * H  # it waits for the stream to stop, as under Kueue
+    assert queue_s(traces, "gangway-1", 16)["solo-00021"] == H - 600  # the version before the share drained it
 
 
 def test_kueue_like_admits_one_gang_per_queue_per_cycle(traces):

@@ -11,19 +11,19 @@ from projections.cell import CellState
 from projections.evolve import evolve
 from replay.scenario.play import load, parse, run
 from services.core.forecast import Basis, forecast, runtimes
-from services.policies import FIFO
-from services.policy import DEFAULT_POLICY
+from services.policies import FIFO, resolve
+from services.policy import DEFAULT_POLICY, Policy
 from tests.builders import fold, job, node, priority, quota, team, tick, topology
 
 HOUR = 3_600_000
 MIN = 60_000
 
 
-def cell(*events: m.Event, nodes: int = 2):
+def cell(*events: m.Event, nodes: int = 2, policy: Policy = DEFAULT_POLICY):
     """`nodes` 8-GPU nodes in one rack, team nlp (quota 64) and team cv (quota 64) in one cohort, then `events`."""
     setup = [topology("rack"), *[node(f"n{i}", rack="r0") for i in range(nodes)],
              team("nlp", cohort="all"), quota("nlp", 64), team("cv", cohort="all"), quota("cv", 64)]
-    return fold(*setup, *events).state
+    return fold(*setup, *events, policy=policy).state
 
 
 def test_a_queued_gang_starts_when_the_running_work_reaches_its_time_limit():
@@ -92,11 +92,12 @@ def test_strict_fifo_behind_a_head_without_a_start():
 
 
 def test_a_reservation_starts_at_its_shadow_time_and_short_work_backfills_before_it():
+    draining = resolve("gangway-2+admission.max_drain_share=1.0")  # big needs the whole cell
     state = cell(job("a", at=1000, time_limit_ms=HOUR), job("b", at=1000, time_limit_ms=2 * HOUR),
                  job("big", workers=2, at=2000, time_limit_ms=HOUR), tick(10 * MIN),
-                 job("short", at=11 * MIN, time_limit_ms=30 * MIN))
+                 job("short", at=11 * MIN, time_limit_ms=30 * MIN), policy=draining)
     assert "big" in state.reservations
-    estimates = forecast(state, DEFAULT_POLICY)
+    estimates = forecast(state, draining)
     b_end = state.jobs["b"].admitted_at + 2 * HOUR
     assert estimates["big"].basis is Basis.RESERVATION and estimates["big"].start == b_end
     assert estimates["short"].start == state.jobs["a"].admitted_at + HOUR  # ends before the shadow time
