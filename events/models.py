@@ -60,6 +60,7 @@ class Reason(StrEnum):
     # preemption
     RECLAIM_LENT_QUOTA = "RECLAIM_LENT_QUOTA"
     HIGHER_PRIORITY = "HIGHER_PRIORITY"
+    TIME_SHARED = "TIME_SHARED"  # the victim has received more GPU-time than the gang (least attained service)
     CHECKPOINT_COMPLETED = "CHECKPOINT_COMPLETED"
     CHECKPOINT_DEADLINE_PASSED = "CHECKPOINT_DEADLINE_PASSED"
     # recovery and job endings

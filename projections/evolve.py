@@ -108,7 +108,8 @@ def _decided_about(state: CellState, event: m.Event, offset: int) -> Job | None:
 
 
 def _release(state: CellState, job: Job) -> None:
-    """Frees the job's GPUs and quota."""
+    """Frees the job's GPUs and quota; the running period it ends counts as service received."""
+    job.attained_gpu_ms = job.attained(state.now)
     _unhold(state, job)
     if job.holds_capacity:
         key = (job.team, job.gpu_type)

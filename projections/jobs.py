@@ -29,6 +29,20 @@ ENDED = frozenset({JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED, JobS
 HOLDING = frozenset({JobState.ADMITTED, JobState.PLACED, JobState.RUNNING, JobState.PREEMPTING})
 
 
+#: Least-attained-service bands (Tiresias' discretised queues): band 0 below 1 GPU-hour received, then one band
+#: per factor of 10, up to the last.
+FIRST_BAND_GPU_MS = 3_600_000
+LAST_BAND = 4
+
+
+def service_band(gpu_ms: int) -> int:
+    """The least-attained-service band of a job that has received `gpu_ms` GPU-milliseconds."""
+    band, limit = 0, FIRST_BAND_GPU_MS
+    while gpu_ms >= limit and band < LAST_BAND:
+        band, limit = band + 1, limit * 10
+    return band
+
+
 @dataclass(frozen=True)
 class Checkpoint:
     checkpoint_id: str
@@ -79,6 +93,7 @@ class Job:
     hold_victims: tuple[str, ...] = ()
     hold_until: int | None = None
     yielded_to: tuple[str, ...] = ()  # gangs it was preempted for, so none preempts it twice
+    attained_gpu_ms: int = 0  # GPU-time its finished running periods received (least-attained-service order)
     ended_at: int | None = None
     history: list[tuple[int, int, str, str]] = field(default_factory=list)  # (offset, at, event type, reason)
 
@@ -115,6 +130,16 @@ class Job:
         """Whether capacity is held for this gang (CapacityHeld)."""
         return self.hold_until is not None
 
+    def attained(self, now: int) -> int:
+        """GPU-time it has received by `now`, its current running period included."""
+        running = self.held_gpus * max(0, now - self.running_since) if self.running_since is not None else 0
+        return self.attained_gpu_ms + running
+
+    @property
+    def service_band(self) -> int:
+        """Its least-attained-service band by its finished running periods (fixed while it waits)."""
+        return service_band(self.attained_gpu_ms)
+
     def runtime_fraction(self) -> float | None:
         """The share of its time limit a job that succeeded on its first attempt ran (from its first worker's
         start to its end): what runtime forecasts learn from. None for any other job."""
@@ -127,11 +152,11 @@ class Job:
         return sorted({node for _, node, _ in self.assignments})
 
     def needs(self) -> tuple:
-        """Everything admission looks at besides rank and time limit: jobs with equal needs are admitted in
-        rank order, and when the first is refused the others are refused for the same reason (a time limit
+        """Everything admission looks at besides rank and time limit (the service band last): jobs with equal needs
+        are admitted in rank order, and when the first is refused the others are refused for the same reason (a time limit
         matters only for backfill onto reserved nodes, which the admitter checks member by member)."""
         return (self.team, self.gpu_type, self.workers, self.gpus_per_worker, self.min_workers,
-                self.topology_required, self.topology_preferred)
+                self.topology_required, self.topology_preferred, self.service_band)
 
     def rank_key(self) -> tuple[int, int, int, str]:
         """Order within a team: priority first, then submit order (log offset breaks ties exactly)."""

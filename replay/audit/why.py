@@ -222,8 +222,7 @@ def _placement(state: CellState, job: Job, policy: Policy) -> str:
 def _queue(state: CellState, job: Job, policy: Policy, estimate: Estimate | None) -> str:
     if job.state is not JobState.QUEUED:
         return ""
-    order = list(queue_order(state, [state.jobs[j] for j in sorted(state.queued)], policy.admission.fair_share,
-                             policy.admission.nominal_first))
+    order = list(queue_order(state, [state.jobs[j] for j in sorted(state.queued)], policy.admission))
     ahead = order[:next(i for i, j in enumerate(order) if j.job_id == job.job_id)]
     same = [j for j in ahead if j.gpu_type == job.gpu_type]
     out = f"{len(ahead)} gang(s) ahead of it in the cell's admission order" if ahead else "first in the cell's queue"

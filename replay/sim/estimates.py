@@ -102,8 +102,7 @@ class EstimateRecorder:
         """Records the estimate of every queued job that is new to the queue or has moved in it."""
         self.moved = False
         admission = self.policy.admission
-        order = queue_order(state, [state.jobs[j] for j in sorted(state.queued)], admission.fair_share,
-                            admission.nominal_first)
+        order = queue_order(state, [state.jobs[j] for j in sorted(state.queued)], admission)
         if all(self.positions.get(job.job_id) == i for i, job in enumerate(order, 1)) and len(
                 self.positions) == len(state.queued):
             return  # nobody moved

@@ -204,7 +204,7 @@ def admission_cycle(state: CellState, ctx: Context, only: Job | None = None, ref
     policy = ctx.policy.admission
     now = ctx.now
     quiet = not refresh and only is None and policy.backfill
-    key = order_key(state, policy.fair_share, policy.nominal_first)
+    key = order_key(state, policy)
     view = CapacityView(state.cluster)
     usage = dict(state.tenancy.committed())
     decisions: list[m.Decision] = []
@@ -235,7 +235,7 @@ def admission_cycle(state: CellState, ctx: Context, only: Job | None = None, ref
         return isinstance(place_gang(view, job, most, ctx.policy.placement, excluded), Placement)
 
     guard = Guard(state, now, policy.borrowing, view.free_gpus, usage, admissible, reservations, held,
-                  policy.max_drain_share) if (
+                  policy.max_drain_share, policy.least_attained_service) if (
         policy.protect_queue_heads and policy.backfill) else None
     admitted_per_team: dict[str, int] = {}
     # The smallest gang of each (GPU type, GPUs per worker) that found no room: bigger ones won't either.

@@ -24,6 +24,9 @@ class AdmissionPolicy:
     #: while it needs at most this share of its GPU type's schedulable GPUs; a bigger gang starts when enough
     #: frees on its own, as under Kueue: draining most of a cell for one gang idles more than it saves.
     max_drain_share: float = 0.5
+    #: Within a team and priority, gangs that have received less GPU-time go first (Tiresias' discretised
+    #: least-attained-service queues; projections/jobs.py service_band), then submit order.
+    least_attained_service: bool = False
     admissions_per_team_per_cycle: int | None = None  # None: no limit (Kueue admits one per queue)
 
     def __post_init__(self) -> None:

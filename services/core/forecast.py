@@ -171,8 +171,7 @@ def forecast(state: CellState, policy: Policy, horizon: int = DEFAULT_HORIZON,
              model: Runtimes | None = None) -> dict[str, Estimate]:
     """The estimate of every QUEUED gang, by job id."""
     admission = policy.admission
-    waiting = list(queue_order(state, [state.jobs[j] for j in sorted(state.queued)], admission.fair_share,
-                               admission.nominal_first))
+    waiting = list(queue_order(state, [state.jobs[j] for j in sorted(state.queued)], admission))
     team_rank: dict[str, int] = {}
     team_place: dict[str, int] = {}
     for job in waiting:

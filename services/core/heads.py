@@ -172,18 +172,20 @@ def expected_start(tenancy: Tenancy, head: Job, now: int, free: int, usage: Usag
         at = released[i][0]
 
 
-def team_head(state: CellState, team: str, skip: Container[str] = frozenset()) -> Job | None:
-    """The team's first waiting gang by priority and submit order (backing off or not), other than `skip`."""
+def team_head(state: CellState, team: str, skip: Container[str] = frozenset(), las: bool = False) -> Job | None:
+    """The team's first waiting gang by priority, service band (with `las`: least attained service first) and
+    submit order (backing off or not), other than `skip`."""
     best: tuple | None = None
     for needs, members in state.queued_by_needs.items():
         if needs[0] != team:
             continue
+        band = needs[-1] if las else 0  # a group's gangs share their band (Job.needs)
         for rank, job_id in members:
             if job_id not in skip:
-                if best is None or (rank, job_id) < best:
-                    best = (rank, job_id)
+                if best is None or (rank[0], band, rank, job_id) < best:
+                    best = (rank[0], band, rank, job_id)
                 break
-    return state.jobs[best[1]] if best is not None else None
+    return state.jobs[best[-1]] if best is not None else None
 
 
 def may_drain(state: CellState, job: Job, share: float) -> bool:
@@ -221,8 +223,8 @@ class Guard:
 
     def __init__(self, state: CellState, now: int, borrowing: bool, free: Callable[[str], int], usage: Usage,
                  admissible: Callable[[Job], bool], reservations: Container[str], held: Container[str],
-                 drain_share: float = 1.0) -> None:
-        self.state, self.now, self.borrowing, self.drain_share = state, now, borrowing, drain_share
+                 drain_share: float = 1.0, las: bool = False) -> None:
+        self.state, self.now, self.borrowing, self.drain_share, self.las = state, now, borrowing, drain_share, las
         # The cycle's view, live: free GPUs by type, quota usage, whether a gang is admissible, reservation holders,
         # and the gangs with capacity held for them (less the holds this cycle released).
         self.free, self.usage, self.admissible = free, usage, admissible
@@ -250,7 +252,7 @@ class Guard:
     def team_head(self, team: str) -> Job | None:
         """The team's head, if it may drain (a gang too big to drain is not protected)."""
         if team not in self.team_heads:
-            self.team_heads[team] = team_head(self.state, team, self.admitted_ids)
+            self.team_heads[team] = team_head(self.state, team, self.admitted_ids, self.las)
         head = self.team_heads[team]
         return head if head is None or may_drain(self.state, head, self.drain_share) else None
 

@@ -12,14 +12,19 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Callable, Iterator, Sequence
+from typing import TYPE_CHECKING
 
 from projections.cell import CellState
 from projections.jobs import Job
 
+if TYPE_CHECKING:  # the knobs are a value the caller passes in
+    from services.admitter.policy import AdmissionPolicy
 
-def order_key(state: CellState, fair_share: bool, nominal_first: bool = True) -> Callable[[Job], tuple]:
-    """Within-nominal work first (unless not `nominal_first`), then priority, weighted dominant share,
-    submit order."""
+
+def order_key(state: CellState, admission: AdmissionPolicy) -> Callable[[Job], tuple]:
+    """Within-nominal work first (unless not `nominal_first`), then priority, weighted dominant share (with
+    `fair_share`), least attained service (with `least_attained_service`: its band), submit order."""
+    fair_share, nominal_first, las = admission.fair_share, admission.nominal_first, admission.least_attained_service
     tenancy = state.tenancy
     shares: dict[str, int] = {}
     room: dict[tuple[str, str], int] = {}
@@ -30,8 +35,8 @@ def order_key(state: CellState, fair_share: bool, nominal_first: bool = True) ->
             room[team] = tenancy.quota(*team).nominal - tenancy.used(*team)
         if fair_share and job.team not in shares:
             shares[job.team] = tenancy.dominant_share_milli(job.team)
-        return (nominal_first and job.min_gpus > room[team], -job.priority, shares.get(job.team, 0), job.submitted_at,
-                job.submit_offset, job.job_id)
+        return (nominal_first and job.min_gpus > room[team], -job.priority, shares.get(job.team, 0),
+                job.service_band if las else 0, job.submitted_at, job.submit_offset, job.job_id)
 
     return key
 
@@ -97,9 +102,9 @@ class WaitingGangs:
         return [job for job in rest if job.not_before <= self.now]
 
 
-def queue_order(state: CellState, jobs: list[Job], fair_share: bool, nominal_first: bool = True) -> Iterator[Job]:
+def queue_order(state: CellState, jobs: list[Job], admission: AdmissionPolicy) -> Iterator[Job]:
     """`jobs` in queue order, lazily (the preemptor looks at the first few)."""
-    key = order_key(state, fair_share, nominal_first)
+    key = order_key(state, admission)
     keyed = [(key(j), j) for j in jobs]
     heapq.heapify(keyed)
     return (heapq.heappop(keyed)[1] for _ in range(len(keyed)))

@@ -76,8 +76,7 @@ class Preemptor:
             if job is not None:
                 decisions.extend(preempt_for(state, job, ctx))
         elif isinstance(event, m.Tick):
-            for job in itertools.islice(queue_order(state, _may_preempt(state, ctx), ctx.policy.admission.fair_share,
-                                                    ctx.policy.admission.nominal_first),
+            for job in itertools.islice(queue_order(state, _may_preempt(state, ctx), ctx.policy.admission),
                                         CANDIDATES_PER_TICK):
                 chosen = preempt_for(state, job, ctx)
                 decisions.extend(chosen)
@@ -99,9 +98,9 @@ def _may_preempt(state: CellState, ctx: Context) -> list[Job]:
     entitled: dict[tuple, bool] = {}  # the entitlement test depends only on these fields of the job
     out = []
     for job in waiting:
-        key = (job.team, job.gpu_type, job.min_gpus, job.priority)
+        key = (job.team, job.gpu_type, job.min_gpus, job.priority, job.service_band)
         if key not in entitled:
-            entitled[key] = may_have_victims(state, job, ctx.policy.preemption, usage)
+            entitled[key] = may_have_victims(state, job, ctx.policy.preemption, usage, ctx.now)
         if entitled[key] and job.job_id not in beneficiaries and not job.has_hold:
             out.append(job)
     return out
@@ -117,7 +116,7 @@ def preempt_for(state: CellState, job: Job, ctx: Context) -> list[m.Decision]:
     policy = ctx.policy.preemption
     if (not _waited_enough(job, ctx) or job.has_hold
             or any(state.jobs[v].preempted_for == job.job_id for v in state.preempting)
-            or not may_have_victims(state, job, policy, state.tenancy.committed())):
+            or not may_have_victims(state, job, policy, state.tenancy.committed(), ctx.now)):
         return []
     after = AfterEviction(state, job, ctx)
     ranked = candidates(state, job, policy, ctx.now, after.usage)
@@ -132,15 +131,15 @@ def preempt_for(state: CellState, job: Job, ctx: Context) -> list[m.Decision]:
 
     # The law (no other team below its nominal) makes the cheapest set order-dependent: the greedy pass runs in
     # the candidates' order and biggest first (few big borrowers can fit where many small ones cannot).
-    first = eligible(state, job, ranked, usage)
+    first = eligible(state, job, ranked, usage, policy.keep_nominal)
     sets = [chosen] if (chosen := _greedy(after, first)) else []
     if len(first) < len(ranked):  # the law passed over some: biggest first may find a set where that order did not
         by_size = sorted(ranked, key=lambda c: (c[0][1], -c[1].held_gpus, c[0][1:]))
-        if (chosen := _greedy(after, eligible(state, job, by_size, usage))) is not None:
+        if (chosen := _greedy(after, eligible(state, job, by_size, usage, policy.keep_nominal))) is not None:
             sets.append(chosen)
     if not sets:
         return []  # not even all the victims the law allows would make room
-    sets += _single_victims(state, job, ranked, after, usage)
+    sets += _single_victims(state, job, ranked, after, usage, policy.keep_nominal)
     chosen = min(sets, key=cost)
     placement = plan(state, job, chosen, ctx)
     if placement is None:
@@ -243,14 +242,14 @@ def withdraw(state: CellState, job_id: str, ctx: Context) -> list[m.Decision]:
 
 
 def _single_victims(state: CellState, job: Job, ranked: list[tuple[tuple, Job]], after: AfterEviction,
-                    usage: dict[tuple[str, str], int]) -> list[list[Job]]:
+                    usage: dict[tuple[str, str], int], law: bool) -> list[list[Job]]:
     """Each candidate that alone makes room and keeps its team at its nominal quota (`after` evicts none and is
     left so): one victim may lose no more work than the several the greedy pass picked, and then fewer victims
     is better."""
     free = sum(n.free for n in state.cluster.of_type(job.gpu_type) if n.schedulable)
     out = []
     for _, victim in ranked:
-        if victim.held_gpus + free >= job.min_gpus and keeps_nominal(state, job, [victim], usage):
+        if victim.held_gpus + free >= job.min_gpus and keeps_nominal(state, job, [victim], usage, law):
             after.evict(victim)
             if after.admissible():
                 out.append([victim])

@@ -14,6 +14,9 @@ RULE_VALUES = {
 }
 
 
+TIME_SHARE_VALUES = ("Never", "WithinTeam", "Any")
+
+
 @dataclass(frozen=True)
 class PreemptionPolicy:
     enabled: bool = True
@@ -25,8 +28,16 @@ class PreemptionPolicy:
     checkpoint_grace_ms: int = 5 * 60_000
     min_runtime_ms: int = 10 * 60_000  # a job just (re)started is protected this long
     wait_before_preempting_ms: int = 0  # how long a gang must have waited before it may preempt
+    #: Time-sharing by least attained service (Tiresias): a waiting gang may preempt a running job of at most its
+    #: priority that has received more GPU-time, by service band (projections/jobs.py), of its own team
+    #: (`WithinTeam`) or any team (`Any`); `Never` turns it off.
+    time_share: str = "Never"
+    keep_nominal: bool = True  # the law: no victim of another team takes its team below its nominal quota
 
     def __post_init__(self) -> None:
+        if self.time_share not in TIME_SHARE_VALUES:
+            raise ValueError(f"policy.preemption.time_share must be one of {', '.join(TIME_SHARE_VALUES)}, "
+                             f"not {self.time_share!r}")
         for name, values in RULE_VALUES.items():
             if getattr(self, name) not in values:
                 raise ValueError(f"policy.preemption.{name} must be one of {', '.join(values)}, "

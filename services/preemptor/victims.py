@@ -15,6 +15,10 @@ defaults (services/preemptor/policy.py) for what a team leaves out:
 Victims of other teams are taken only while their team stays at or above its nominal quota once every victim
 of the set is gone (YuniKorn's law): reclaim and borrowing preemption take back what a team borrowed, never
 what it is owed. Within a team, priority decides alone.
+
+With the policy's `time_share` (Tiresias' least attained service), a gang may also preempt a running job of at
+most its priority whose service band, counting its current run, is above the gang's: of its own team
+(`WithinTeam`) or of any team (`Any`, under the law unless the policy drops it with `keep_nominal`).
 """
 
 from __future__ import annotations
@@ -24,7 +28,7 @@ from typing import TYPE_CHECKING
 
 from events.models import PreemptionRule, Reason
 from projections.cell import CellState
-from projections.jobs import Job, JobState
+from projections.jobs import LAST_BAND, Job, JobState, service_band
 
 if TYPE_CHECKING:  # the knobs are a value the caller passes in
     from services.preemptor.policy import PreemptionPolicy
@@ -68,27 +72,36 @@ def borrowing_teams(state: CellState, job: Job, usage: Usage) -> set[str]:
             if t != job.team and usage.get((t, job.gpu_type), 0) > tenancy.quota(t, job.gpu_type).nominal}
 
 
-def category(job: Job, victim: Job, team_rules: Rules, within: bool, borrowing: set[str]) -> Reason | None:
-    """Why `victim` may make room for `job` (RECLAIM_LENT_QUOTA or HIGHER_PRIORITY), or None when it may not."""
+def time_shares(job: Job, victim: Job, time_share: str, now: int) -> bool:
+    """Whether `victim` has received more GPU-time than `job`, by band, and may yield it under `time_share`."""
+    return ((time_share == "Any" or (time_share == "WithinTeam" and victim.team == job.team))
+            and victim.priority <= job.priority and service_band(victim.attained(now)) > job.service_band)
+
+
+def category(job: Job, victim: Job, team_rules: Rules, within: bool, borrowing: set[str],
+             time_share: str = "Never", now: int = 0) -> Reason | None:
+    """Why `victim` may make room for `job` (RECLAIM_LENT_QUOTA, HIGHER_PRIORITY or TIME_SHARED), or None when it
+    may not."""
     lower = victim.priority < job.priority
+    shares = time_shares(job, victim, time_share, now)
     if victim.team == job.team:
         rule = team_rules.within_team
         newer_equal = victim.priority == job.priority and victim.rank_key() > job.rank_key()
         if (rule == PreemptionRule.LOWER_PRIORITY and lower) or (
                 rule == PreemptionRule.LOWER_OR_NEWER_EQUAL_PRIORITY and (lower or newer_equal)):
             return Reason.HIGHER_PRIORITY
-        return None
+        return Reason.TIME_SHARED if shares else None
     reclaim = team_rules.reclaim_within_cohort
     if victim.team not in borrowing or not (reclaim == PreemptionRule.ANY
                                             or (reclaim == PreemptionRule.LOWER_PRIORITY and lower)):
-        return None
+        return Reason.TIME_SHARED if shares else None
     if within:
         return Reason.RECLAIM_LENT_QUOTA
     threshold = team_rules.max_priority_threshold
     if (team_rules.borrow_within_cohort == PreemptionRule.LOWER_PRIORITY and lower
             and (threshold is None or victim.priority <= threshold)):
         return Reason.HIGHER_PRIORITY
-    return None
+    return Reason.TIME_SHARED if shares else None
 
 
 def _lowest_priority(state: CellState) -> int:
@@ -112,11 +125,21 @@ def _may_take_others(team_rules: Rules, job: Job, within: bool, lowest: int) -> 
     return team_rules.borrow_within_cohort == PreemptionRule.LOWER_PRIORITY and job.priority > lowest
 
 
-def may_have_victims(state: CellState, job: Job, policy: PreemptionPolicy, usage: Usage) -> bool:
+def _time_share_teams(state: CellState, job: Job, policy: PreemptionPolicy) -> list[str]:
+    """The teams whose running jobs may yield GPU-time to `job` under the policy's `time_share`."""
+    if policy.time_share == "Any":
+        return sorted(state.running_by_team)
+    return [job.team] if policy.time_share == "WithinTeam" else []
+
+
+def may_have_victims(state: CellState, job: Job, policy: PreemptionPolicy, usage: Usage, now: int = 0) -> bool:
     """Cheap test before the search: could any running job be a victim for `job` under its team's rules?"""
     team_rules = rules(state, job.team, policy)
     lowest = _lowest_priority(state)
     if _may_take_own(team_rules, job, lowest):
+        return True
+    if any(time_shares(job, state.jobs[v], policy.time_share, now)
+           for team in _time_share_teams(state, job, policy) for _, v in state.running_by_team.get(team, ())):
         return True
     return (_may_take_others(team_rules, job, within_nominal(state, job, usage), lowest)
             and bool(borrowing_teams(state, job, usage)))
@@ -138,7 +161,7 @@ def candidates(state: CellState, job: Job, policy: PreemptionPolicy, now: int,
     within = within_nominal(state, job, usage)
     lowest = _lowest_priority(state)
     borrowing = borrowing_teams(state, job, usage) if _may_take_others(team_rules, job, within, lowest) else set()
-    teams = set(borrowing)
+    teams = set(borrowing) | set(_time_share_teams(state, job, policy))
     if _may_take_own(team_rules, job, lowest):
         teams.add(job.team)
     out = []
@@ -151,10 +174,12 @@ def candidates(state: CellState, job: Job, policy: PreemptionPolicy, now: int,
             continue
         if victim.running_since is None or now - victim.running_since < policy.min_runtime_ms:
             continue  # not running yet, or protected after a (re)start
-        reason = category(job, victim, team_rules, within, borrowing)
+        reason = category(job, victim, team_rules, within, borrowing, policy.time_share, now)
         if reason is None:
             continue
-        rank = 0 if reason is Reason.RECLAIM_LENT_QUOTA else 1
+        # reclaim first, then priority, then time-sharing from the job that has received the most GPU-time
+        rank = {Reason.RECLAIM_LENT_QUOTA: 0, Reason.HIGHER_PRIORITY: 1}.get(
+            reason, 2 + LAST_BAND - service_band(victim.attained(now)))
         lost = lost_work_gpu_ms(victim, now) if policy.checkpoint_aware else 0
         started = -(victim.running_since or 0)  # without checkpoint awareness: newest first, as Kueue does
         out.append(((reason, rank, lost, started if not policy.checkpoint_aware else 0, -victim.held_gpus,
@@ -163,8 +188,11 @@ def candidates(state: CellState, job: Job, policy: PreemptionPolicy, now: int,
     return out
 
 
-def keeps_nominal(state: CellState, job: Job, victims: list[Job], usage: Usage) -> bool:
-    """Whether every team but the gang's own stays at or above its nominal quota once all `victims` are gone."""
+def keeps_nominal(state: CellState, job: Job, victims: list[Job], usage: Usage, law: bool = True) -> bool:
+    """Whether every team but the gang's own stays at or above its nominal quota once all `victims` are gone
+    (always, without the `law`: PreemptionPolicy.keep_nominal)."""
+    if not law:
+        return True
     left: Usage = {}
     for victim in victims:
         if victim.team != job.team:
@@ -173,9 +201,12 @@ def keeps_nominal(state: CellState, job: Job, victims: list[Job], usage: Usage) 
     return all(gpus >= state.tenancy.quota(*key).nominal for key, gpus in left.items())
 
 
-def eligible(state: CellState, job: Job, ranked: list[tuple[tuple, Job]], usage: Usage) -> list[Job]:
+def eligible(state: CellState, job: Job, ranked: list[tuple[tuple, Job]], usage: Usage,
+             law: bool = True) -> list[Job]:
     """The candidates in order, less each one whose eviction after the earlier ones would take its team below
-    its nominal quota: every prefix of the result keeps the law."""
+    its nominal quota: every prefix of the result keeps the law (all of them, without the `law`)."""
+    if not law:
+        return [victim for _, victim in ranked]
     usage = dict(usage)
     out = []
     for _, victim in ranked:

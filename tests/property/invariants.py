@@ -7,7 +7,7 @@ import copy
 from events import models as m
 from projections.cell import CellState
 from projections.evolve import SUPERSEDED
-from projections.jobs import HOLDING, JobState
+from projections.jobs import HOLDING, JobState, service_band
 from projections.overlay import lay
 from projections.reservations import ends_before, outranks, shadow_time
 from projections.validate import refusal
@@ -128,6 +128,12 @@ def check_preemption(state: CellState, request: m.PreemptionRequested, policy) -
     usage = tenancy.committed(beneficiary)
     assert victim.preemptible and victim.gpu_type == beneficiary.gpu_type
     assert beneficiary.job_id not in victim.yielded_to, f"{victim.job_id} preempted twice for {beneficiary.job_id}"
+    if request.envelope.reason is m.Reason.TIME_SHARED:  # least attained service: it has received more GPU-time
+        assert policy.time_share == "Any" or (policy.time_share == "WithinTeam" and victim.team == beneficiary.team)
+        assert victim.priority <= beneficiary.priority
+        assert service_band(victim.attained(request.envelope.at)) > beneficiary.service_band, (
+            f"{victim.job_id} time-shared for {beneficiary.job_id} without more GPU-time")
+        return
     team = tenancy.teams[beneficiary.team].preemption
     within_team = team.within_team or policy.within_team
     reclaim = team.reclaim_within_cohort or policy.reclaim_within_cohort
@@ -151,8 +157,11 @@ def check_preemption(state: CellState, request: m.PreemptionRequested, policy) -
             f"{what} while borrowing, under {borrow} (threshold {threshold})")
 
 
-def check_keeps_nominal(state: CellState, requests: list[m.PreemptionRequested]) -> None:
-    """Once every victim asked for one gang is gone, every other team still uses at least its nominal quota."""
+def check_keeps_nominal(state: CellState, requests: list[m.PreemptionRequested], law: bool = True) -> None:
+    """Once every victim asked for one gang is gone, every other team still uses at least its nominal quota
+    (unless the policy drops the law)."""
+    if not law:
+        return
     beneficiary = state.jobs[requests[0].for_job_id]
     usage = dict(state.tenancy.committed(beneficiary))
     for request in requests:
@@ -196,7 +205,7 @@ class Invariants:
                 check_preemption(state, decision, cell.policy.preemption)
                 requests.setdefault(decision.for_job_id, []).append(decision)
         for batch in requests.values():
-            check_keeps_nominal(state, batch)
+            check_keeps_nominal(state, batch, cell.policy.preemption.keep_nominal)
         if self.purity and not isinstance(event, m.NodeHeartbeat):
             self.check_pure(cell, event, offset, new)
         self.claimed = {(name, g): job for name in sorted(state.cluster.claimed_on)

@@ -97,7 +97,7 @@ class HeadsNotDelayed:
         self.heads = {}
         held = frozenset(state.holds)
         for team in sorted({state.jobs[j].team for j in state.queued}):
-            head = team_head(state, team)
+            head = team_head(state, team, las=policy.admission.least_attained_service)
             if head is not None and not head.has_hold and may_drain(state, head, policy.admission.max_drain_share):
                 self.heads[team] = _Head(state.now, head.job_id, head_start(state, head, state.now, policy).start,
                                          held)
