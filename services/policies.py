@@ -11,6 +11,7 @@ simulator (or a what-if replay) runs the very same deciders under another policy
 | `static` | a static partition: each team confined to its nominal quota, nothing lent | no borrowing, no preemption |
 | `kueue-like` | Kueue with BestEffortFIFO queues: lending, borrowing, reclaim and priority preemption, no topology or checkpoint awareness, one admission per queue per cycle | no fair share, no reservations, no protected queue heads, topology-blind first-fit placement, victims newest first with no checkpoint grace, no minimum runtime, 1 admission per team per cycle |
 | `backfill` | Slurm-like FIFO with EASY backfill: the first blocked gang reserves nodes at once, later work backfills around it | no fair share, no within-nominal ordering, no protected team heads (the reservation protects the first gang), 1 reservation taken at once, no preemption |
+| `tiresias` | Tiresias (NSDI 2019): discretised two-dimensional least-attained-service queues (GPUs x time received), preemption of whoever has received more, consolidated placement; no quotas, no lending, no team guarantees | no fair share, no within-nominal ordering, no reservations, no protected heads, least attained service first, time-sharing preemption across teams without the nominal-quota law, no priority or reclaim preemption |
 """
 
 from __future__ import annotations
@@ -57,6 +58,14 @@ BACKFILL = Policy(
     preemption=PreemptionPolicy(enabled=False),
 )
 
+TIRESIAS = Policy(
+    version="tiresias-1",
+    admission=AdmissionPolicy(fair_share=False, nominal_first=False, backfill=True, max_reservations=0,
+                              protect_queue_heads=False, least_attained_service=True, max_drain_share=1.0),
+    preemption=PreemptionPolicy(enabled=True, within_team="Never", reclaim_within_cohort="Never",
+                                borrow_within_cohort="Never", time_share="Any", keep_nominal=False),
+)
+
 #: name -> policy, in the order comparisons list them.
 CATALOGUE: dict[str, Policy] = {
     "gangway": GANGWAY,
@@ -64,6 +73,7 @@ CATALOGUE: dict[str, Policy] = {
     "static": STATIC,
     "kueue-like": KUEUE_LIKE,
     "backfill": BACKFILL,
+    "tiresias": TIRESIAS,
 }
 
 

@@ -172,7 +172,8 @@ def ask_victims(state: CellState, held: m.CapacityHeld, ctx: Context) -> list[m.
     # A victim that ended, or was interrupted, meanwhile has freed its GPUs into the hold already.
     victims = [state.jobs[v] for v in job.hold_victims
                if v in state.jobs and state.jobs[v].state in (JobState.RUNNING, JobState.PLACED)]
-    reasons = {v.job_id: category(job, v, team_rules, within, borrowing) for v in victims}
+    reasons = {v.job_id: category(job, v, team_rules, within, borrowing, ctx.policy.preemption.time_share, ctx.now)
+               for v in victims}
     if None in reasons.values():
         unentitled = next(v for v, reason in reasons.items() if reason is None)
         return [m.CapacityReleased(envelope=ctx.envelope(Reason.HOLD_STALE, job.job_id), job_id=job.job_id,

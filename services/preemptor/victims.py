@@ -79,7 +79,7 @@ def time_shares(job: Job, victim: Job, time_share: str, now: int) -> bool:
 
 
 def category(job: Job, victim: Job, team_rules: Rules, within: bool, borrowing: set[str],
-             time_share: str = "Never", now: int = 0) -> Reason | None:
+             time_share: str, now: int) -> Reason | None:
     """Why `victim` may make room for `job` (RECLAIM_LENT_QUOTA, HIGHER_PRIORITY or TIME_SHARED), or None when it
     may not."""
     lower = victim.priority < job.priority

@@ -14,10 +14,10 @@ from tests.sim.conftest import H, queue_s, run, write_trace
 
 
 def test_catalogue_holds_five_versioned_policies():
-    assert list(CATALOGUE) == ["gangway", "fifo", "static", "kueue-like", "backfill"]
+    assert list(CATALOGUE) == ["gangway", "fifo", "static", "kueue-like", "backfill", "tiresias"]
     versions = [p.version for p in CATALOGUE.values()]
     assert all(isinstance(p, Policy) for p in CATALOGUE.values())
-    assert len(set(versions)) == 5 and all(v.startswith(name) for name, v in zip(CATALOGUE, versions))
+    assert len(set(versions)) == 6 and all(v.startswith(name) for name, v in zip(CATALOGUE, versions))
     with pytest.raises(KeyError, match="known: gangway"):
         policy("slurm")
 
@@ -160,3 +160,13 @@ def test_static_keeps_the_lenders_node_free(traces):
     waits = queue_s(traces, "static", 16)
     assert waits["lender-00000"] == 0
     assert waits["borrower-00001"] == 10 * H  # it may not borrow: it runs after the first one
+
+
+def test_tiresias_lets_a_newcomer_preempt_the_job_that_has_received_the_most(traces):
+    # an 8-GPU cell: a 10 h job runs; a 30 min job arrives after 2 h (16 GPU-hours received: band 2 against 0)
+    write_trace(traces, "solo", [(0, 10 * H, 8), (2 * H, H // 2, 8)])
+    kueue = queue_s(traces, "kueue-like", 8)
+    tiresias = queue_s(traces, "tiresias", 8)
+    assert kueue["solo-00001"] == 8 * H  # FIFO: it waits for the long job to end
+    assert tiresias["solo-00001"] <= 10 * 60  # the long job checkpoints and yields within its grace
+    assert tiresias["solo-00000"] >= H // 2  # and waits while the short one runs
