@@ -30,12 +30,15 @@ SERVICES = ("admitter", "placer", "preemptor", "recovery")
 class ControlPlane:
     """The four services as real processes, started and killed at will."""
 
-    def __init__(self, bootstrap: str, state_dir: Path, cells: Sequence[str] = ("cell-a",)) -> None:
-        self.bootstrap, self.state_dir, self.cells = bootstrap, state_dir, tuple(cells)
+    def __init__(self, bootstrap: str, state_dir: Path, cells: Sequence[str] = ("cell-a",),
+                 policy: str | None = None) -> None:
+        self.bootstrap, self.state_dir, self.cells, self.policy = bootstrap, state_dir, tuple(cells), policy
         self.processes: dict[str, subprocess.Popen] = {}
 
     def start(self, service: str, replica: str = "") -> None:
-        self.command(service + replica, "run", service, "--state-dir", str(self.state_dir / (replica or "main")), "-v")
+        policy = ["--policy", self.policy] if self.policy and service != "intake" else []
+        self.command(service + replica, "run", service, "--state-dir", str(self.state_dir / (replica or "main")),
+                     *policy, "-v")
 
     def command(self, name: str, *args: str) -> None:
         """Any `gangway` command as a process on this broker and these cells, logging to <state_dir>/<name>.log."""

@@ -36,7 +36,9 @@ class LauncherCell:
     def __init__(self, bootstrap: str, tmp_path: Path, speedup: float, nodes: tuple[str, ...]) -> None:
         self.tmp, self.speedup, self.nodes = tmp_path, speedup, nodes
         self.killed: set[str] = set()  # processes killed with -9 and not started again
-        self.plane = ControlPlane(bootstrap, tmp_path)
+        # 30 s of silence would be 1 s of wall time at 30x, which a loaded machine's agents miss: 5 s of wall time
+        self.plane = ControlPlane(bootstrap, tmp_path,
+                                  policy=f"gangway-2+recovery.heartbeat_timeout_ms={int(150_000 * speedup / 30)}")
         self.plane.start_all()
         self.plane.command("clock", "run", "clock", "--tick-interval", "0.2", "--speedup", str(speedup))
         for node in nodes:
@@ -52,7 +54,7 @@ class LauncherCell:
         self.killed.discard(f"agent-{node}")
         self.plane.command(f"agent-{node}", "agent", "--node", node, "--gpus", "1", "--gpu-type", "CPU", "--rack", "r1",
                            "--block", "b1", "--work-dir", str(self.work_dir(node)), "--speedup", str(self.speedup),
-                           "--heartbeat-every", "2s",  # 30 s of silence fail a node: at 30x that is 1 s
+                           "--heartbeat-every", "2s",
                            "--stop-grace", "3s", "-v")
 
     def kill_agent(self, node: str) -> None:
