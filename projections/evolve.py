@@ -107,9 +107,9 @@ def _decided_about(state: CellState, event: m.Event, offset: int) -> Job | None:
     return job
 
 
-def _release(state: CellState, job: Job) -> None:
-    """Frees the job's GPUs and quota; the running period it ends counts as service received."""
-    job.attained_gpu_ms = job.attained(state.now)
+def _release(state: CellState, job: Job, at: int) -> None:
+    """Frees the job's GPUs and quota; the running period it ends at `at` counts as service received."""
+    job.attained_gpu_ms = job.attained(at)
     _unhold(state, job)
     if job.holds_capacity:
         key = (job.team, job.gpu_type)
@@ -166,7 +166,7 @@ def _drop_hold(state: CellState, job: Job) -> None:
 
 
 def _end(state: CellState, job: Job, final: JobState, at: int) -> None:
-    _release(state, job)
+    _release(state, job, at)
     _drop_hold(state, job)
     state.set_state(job, final)
     job.ended_at = at
@@ -449,7 +449,7 @@ def _placement_pending(state: CellState, e: m.PlacementPending, offset: int) -> 
         return
     _decided_about(state, e, offset)
     _note(job, e, offset)
-    _release(state, job)  # quota goes back: an unplaceable gang must not hold it
+    _release(state, job, _at(state, e))  # quota goes back: an unplaceable gang must not hold it
     state.set_state(job, JobState.QUEUED)
 
 
@@ -509,7 +509,7 @@ def _job_preempted(state: CellState, e: m.JobPreempted, offset: int) -> None:
         return
     _decided_about(state, e, offset)
     _note(job, e, offset)
-    _release(state, job)
+    _release(state, job, _at(state, e))
     job.attempt += 1
     job.not_before = _at(state, e)
     if e.for_job_id and e.for_job_id not in job.yielded_to:
@@ -560,7 +560,7 @@ def _job_interrupted(state: CellState, e: m.JobInterrupted, offset: int) -> None
         return
     _decided_about(state, e, offset)
     _note(job, e, offset)
-    _release(state, job)
+    _release(state, job, _at(state, e))
     job.restarts += 1
     state.set_state(job, JobState.INTERRUPTED)
 
