@@ -33,9 +33,6 @@ HOLDING = frozenset({JobState.ADMITTED, JobState.PLACED, JobState.RUNNING, JobSt
 #: per factor of 10, up to the last.
 FIRST_BAND_GPU_MS = 3_600_000
 LAST_BAND = 4
-#: In a least-attained-service queue a gang's submit time is pushed back this long per band: shorter work passes
-#: longer, but no gang waits behind work submitted more than its band's delay after it (bounded starvation).
-BAND_DELAY_MS = 12 * 3_600_000
 
 
 def service_band(gpu_ms: int) -> int:
@@ -142,11 +139,6 @@ class Job:
     def service_band(self) -> int:
         """Its least-attained-service band by its finished running periods (fixed while it waits)."""
         return service_band(self.attained_gpu_ms)
-
-    def las_rank(self, band: int | None = None) -> int:
-        """Its place in a least-attained-service queue: its submit time pushed back BAND_DELAY_MS per service band
-        (its own, or `band`)."""
-        return self.submitted_at + (self.service_band if band is None else band) * BAND_DELAY_MS
 
     def runtime_fraction(self) -> float | None:
         """The share of its time limit a job that succeeded on its first attempt ran (from its first worker's

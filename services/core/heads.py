@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from projections.cell import CellState
-from projections.jobs import BAND_DELAY_MS, Job, JobState
+from projections.jobs import Job, JobState
 from projections.reservations import expected_end
 from projections.tenancy import Tenancy
 from projections.validate import LATEST_MS
@@ -173,17 +173,17 @@ def expected_start(tenancy: Tenancy, head: Job, now: int, free: int, usage: Usag
 
 
 def team_head(state: CellState, team: str, skip: Container[str] = frozenset(), las: bool = False) -> Job | None:
-    """The team's first waiting gang by priority and submit order (with `las`: pushed back per service band,
-    Job.las_rank), backing off or not, other than `skip`."""
+    """The team's first waiting gang by priority, service band (with `las`: least attained service first) and
+    submit order (backing off or not), other than `skip`."""
     best: tuple | None = None
     for needs, members in state.queued_by_needs.items():
         if needs[0] != team:
             continue
-        delay = needs[-1] * BAND_DELAY_MS if las else 0  # a group's gangs share their band (Job.needs)
+        band = needs[-1] if las else 0  # a group's gangs share their band (Job.needs)
         for rank, job_id in members:
             if job_id not in skip:
-                if best is None or (rank[0], rank[1] + delay, rank, job_id) < best:
-                    best = (rank[0], rank[1] + delay, rank, job_id)
+                if best is None or (rank[0], band, rank, job_id) < best:
+                    best = (rank[0], band, rank, job_id)
                 break
     return state.jobs[best[-1]] if best is not None else None
 

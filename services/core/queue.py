@@ -23,7 +23,7 @@ if TYPE_CHECKING:  # the knobs are a value the caller passes in
 
 def order_key(state: CellState, admission: AdmissionPolicy) -> Callable[[Job], tuple]:
     """Within-nominal work first (unless not `nominal_first`), then priority, weighted dominant share (with
-    `fair_share`), submit order (with `least_attained_service`: pushed back per service band, Job.las_rank)."""
+    `fair_share`), least attained service (with `least_attained_service`: its band), submit order."""
     fair_share, nominal_first, las = admission.fair_share, admission.nominal_first, admission.least_attained_service
     tenancy = state.tenancy
     shares: dict[str, int] = {}
@@ -36,7 +36,7 @@ def order_key(state: CellState, admission: AdmissionPolicy) -> Callable[[Job], t
         if fair_share and job.team not in shares:
             shares[job.team] = tenancy.dominant_share_milli(job.team)
         return (nominal_first and job.min_gpus > room[team], -job.priority, shares.get(job.team, 0),
-                job.las_rank() if las else job.submitted_at, job.submitted_at, job.submit_offset, job.job_id)
+                job.service_band if las else 0, job.submitted_at, job.submit_offset, job.job_id)
 
     return key
 

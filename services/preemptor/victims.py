@@ -73,13 +73,9 @@ def borrowing_teams(state: CellState, job: Job, usage: Usage) -> set[str]:
 
 
 def time_shares(job: Job, victim: Job, time_share: str, now: int) -> bool:
-    """Whether `victim` may yield its GPUs to `job` under `time_share`: it has received more GPU-time, by band,
-    and would rank after `job` in a least-attained-service queue (Job.las_rank)."""
-    if not (time_share == "Any" or (time_share == "WithinTeam" and victim.team == job.team)):
-        return False
-    band = service_band(victim.attained(now))
-    return (victim.priority <= job.priority and band > job.service_band
-            and (victim.las_rank(band), victim.job_id) > (job.las_rank(), job.job_id))
+    """Whether `victim` may yield its GPUs to `job` under `time_share`: it has received more GPU-time, by band."""
+    return ((time_share == "Any" or (time_share == "WithinTeam" and victim.team == job.team))
+            and victim.priority <= job.priority and service_band(victim.attained(now)) > job.service_band)
 
 
 def category(job: Job, victim: Job, team_rules: Rules, within: bool, borrowing: set[str],

@@ -7,7 +7,7 @@ import copy
 from events import models as m
 from projections.cell import CellState
 from projections.evolve import SUPERSEDED
-from projections.jobs import BAND_DELAY_MS, HOLDING, JobState, service_band
+from projections.jobs import HOLDING, JobState, service_band
 from projections.overlay import lay
 from projections.reservations import ends_before, outranks, shadow_time
 from projections.validate import refusal
@@ -133,8 +133,6 @@ def check_preemption(state: CellState, request: m.PreemptionRequested, policy) -
         assert victim.priority <= beneficiary.priority
         band = service_band(victim.attained(request.envelope.at))
         assert band > beneficiary.service_band, f"{victim.job_id} time-shared for {beneficiary.job_id} without more GPU-time"
-        assert victim.submitted_at + band * BAND_DELAY_MS >= beneficiary.las_rank(), (
-            f"{victim.job_id} time-shared for {beneficiary.job_id}, which it outranks")
         return
     team = tenancy.teams[beneficiary.team].preemption
     within_team = team.within_team or policy.within_team
