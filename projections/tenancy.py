@@ -63,6 +63,9 @@ class PriorityClass:
 
 DEFAULT_PRIORITY = PriorityClass("default", 0, True)
 
+#: The quota of a (team, GPU type) that has none set (immutable, so one instance serves every lookup).
+NO_QUOTA = Quota()
+
 
 @dataclass(frozen=True)
 class Admissibility:
@@ -125,7 +128,7 @@ class Tenancy:
         return usage
 
     def quota(self, team: str, gpu_type: str) -> Quota:
-        return self.quotas.get((team, gpu_type), Quota())
+        return self.quotas.get((team, gpu_type), NO_QUOTA)
 
     def used(self, team: str, gpu_type: str) -> int:
         return self.usage.get((team, gpu_type), 0)

@@ -76,10 +76,11 @@ class Preemptor:
             if job is not None:
                 decisions.extend(preempt_for(state, job, ctx))
         elif isinstance(event, m.Tick):
+            memo: dict = {}  # victims alike for several gangs: nothing changes between them
             for job in itertools.islice(queue_order(state, _may_preempt(state, ctx), ctx.policy.admission.fair_share,
                                                     ctx.policy.admission.nominal_first),
                                         CANDIDATES_PER_TICK):
-                chosen = preempt_for(state, job, ctx)
+                chosen = preempt_for(state, job, ctx, memo)
                 decisions.extend(chosen)
                 if chosen:
                     break  # one beneficiary per tick: the next tick sees its hold and its victims
@@ -112,15 +113,16 @@ def _waited_enough(job: Job, ctx: Context) -> bool:
             and ctx.now - max(job.submitted_at, job.not_before) >= ctx.policy.preemption.wait_before_preempting_ms)
 
 
-def preempt_for(state: CellState, job: Job, ctx: Context) -> list[m.Decision]:
-    """A CapacityHeld for the victims that make `job` admissible and the placement it would get, or nothing."""
+def preempt_for(state: CellState, job: Job, ctx: Context, memo: dict | None = None) -> list[m.Decision]:
+    """A CapacityHeld for the victims that make `job` admissible and the placement it would get, or nothing.
+    `memo` is shared by the calls of one decision (see `candidates`)."""
     policy = ctx.policy.preemption
     if (not _waited_enough(job, ctx) or job.has_hold
             or any(state.jobs[v].preempted_for == job.job_id for v in state.preempting)
             or not may_have_victims(state, job, policy, state.tenancy.committed())):
         return []
     after = AfterEviction(state, job, ctx)
-    ranked = candidates(state, job, policy, ctx.now, after.usage)
+    ranked = candidates(state, job, policy, ctx.now, after.usage, memo)
     if not ranked or after.admissible():
         return []  # nobody to evict, or the admitter will admit it without anyone's help
     usage = dict(after.usage)
@@ -195,12 +197,7 @@ def _greedy(after: AfterEviction, order: list[Job]) -> list[Job] | None:
     None when all of them do not suffice (`after` is left with none evicted)."""
     # Evicting more never makes the job less admissible (quota use only falls, free slots only grow,
     # shadow times only come earlier): when all of them do not suffice, no prefix will.
-    for victim in order:
-        after.evict(victim)
-    enough = after.admissible()
-    for victim in order:
-        after.keep(victim)
-    if not enough:
+    if not after.admissible_without(order):
         return None
     chosen: list[Job] = []
     for victim in order:  # the shortest prefix that suffices

@@ -44,6 +44,7 @@ class AfterEviction:
                 self.touches.setdefault(j, []).append(len(self.reservations))
             self.reservations.append((list(nodes), [(j, expected_end(state.jobs[j])) for j in jobs]))
         self.closed = [self._closed(r) for r in range(len(self.reservations))]
+        self._gives: dict[str, list[tuple[str, int]]] = {}  # job id -> GPUs its eviction gives back, per node
 
     def evict(self, victim: Job) -> None:
         self._shift(victim, 1)
@@ -55,6 +56,24 @@ class AfterEviction:
         del self.victims[victim.job_id]
         self._retouch(victim)
 
+    def admissible_without(self, victims: list[Job]) -> bool:
+        """Whether the job is admissible with `victims` evicted too (none of them evicted now), leaving `after`
+        as it was: `evict` each, `admissible`, `keep` each, with each reservation looked at once."""
+        usage, freed, evicted, closed = dict(self.usage), dict(self.freed), dict(self.victims), list(self.closed)
+        touched: set[int] = set()
+        for victim in victims:
+            self._shift(victim, 1)
+            self.victims[victim.job_id] = victim
+            touched.update(self.touches.get(victim.job_id, ()))
+        for r in touched:
+            self.closed[r] = self._closed(r)
+        try:
+            return self.admissible()
+        finally:
+            self.usage.clear()
+            self.usage.update(usage)
+            self.freed, self.victims, self.closed = freed, evicted, closed
+
     def _retouch(self, victim: Job) -> None:
         for r in self.touches.get(victim.job_id, ()):
             self.closed[r] = self._closed(r)
@@ -62,12 +81,23 @@ class AfterEviction:
     def _shift(self, victim: Job, sign: int) -> None:
         key = (victim.team, victim.gpu_type)
         self.usage[key] = self.usage.get(key, 0) - sign * victim.held_gpus
-        cluster = self.state.cluster
+        gives = self._gives.get(victim.job_id)
+        if gives is None:  # the state does not change while victims are tried: counted once per victim
+            gives = self._gives[victim.job_id] = self._given_back(victim)
+        freed = self.freed
+        for name, gpus in gives:
+            freed[name] = freed.get(name, 0) + sign * gpus
+
+    def _given_back(self, victim: Job) -> list[tuple[str, int]]:
+        """The GPUs of the job's type that `victim` holds and would give back, per worker's node (claimed ones stay
+        claimed, retired ones stay retired)."""
+        cluster, out = self.state.cluster, []
         for _, name, gpus in victim.assignments:
             node = cluster.nodes.get(name)
             if name in cluster.counted and node.gpu_type == self.job.gpu_type:
-                freed = sum(1 for i in gpus if i in node.holder and i not in node.retired and i not in node.claimed)
-                self.freed[name] = self.freed.get(name, 0) + sign * freed
+                out.append((name, sum(1 for i in gpus if i in node.holder and i not in node.retired
+                                      and i not in node.claimed)))
+        return out
 
     def _closed(self, r: int) -> bool:
         """Whether reservation `r` is off limits to the job, as `off_limits` would say with the victims gone."""
