@@ -137,7 +137,8 @@ def preempt_for(state: CellState, job: Job, ctx: Context, memo: dict | None = No
     first = eligible(state, job, ranked, usage)
     sets = [chosen] if (chosen := _greedy(after, first)) else []
     if len(first) < len(ranked):  # the law passed over some: biggest first may find a set where that order did not
-        by_size = sorted(ranked, key=lambda c: (c[0][1], -c[1].held_gpus, c[0][1:]))
+        # (rank, -GPUs, lost work, start, id): the key (rank, -GPUs, rank, lost, start, -GPUs, id) less repeats
+        by_size = sorted(ranked, key=lambda c: (c[0][1], c[0][4], c[0][2], c[0][3], c[0][5]))
         if (chosen := _greedy(after, eligible(state, job, by_size, usage))) is not None:
             sets.append(chosen)
     if not sets:
