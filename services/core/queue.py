@@ -88,9 +88,10 @@ class WaitingGangs:
         g = self.current
         rest = [self.state.jobs[j] for _, j in self.groups[g][self.cursor[g] + 1:]]
         if alike is not None:
-            others = [(None, job.job_id) for job in rest if not alike(job)]
+            held = [alike(job) for job in rest]  # once per member: `alike` may cost a look at every reservation
+            others = [(None, job.job_id) for job, same in zip(rest, held) if not same]
             if others:
-                rest = [job for job in rest if alike(job)]
+                rest = [job for job, same in zip(rest, held) if same]
                 self.groups.append(others)
                 self.cursor.append(0)
                 self._push(len(self.groups) - 1)
