@@ -146,7 +146,12 @@ class Tenancy:
         if guaranteed is None:
             guaranteed = self._pool_guaranteed[(team, gpu_type)] = [
                 ((t, gpu_type), self.quota(t, gpu_type).guaranteed) for t in self.pool_members(team)]
-        return sum(max(0, usage.get(key, 0) - kept) for key, kept in guaranteed)
+        used = 0
+        for key, kept in guaranteed:  # a plain loop: this runs for every quota check
+            over = usage.get(key, 0) - kept
+            if over > 0:
+                used += over
+        return used
 
     def admissible(self, team: str, gpu_type: str, gpus: int, borrowing: bool = True,
                    usage: dict[tuple[str, str], int] | None = None) -> Admissibility:
