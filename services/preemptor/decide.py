@@ -94,12 +94,15 @@ def _preempted(victim: Job, reason: Reason, checkpoint_id: str | None, ctx: Cont
 
 def _may_preempt(state: CellState, ctx: Context) -> list[Job]:
     """The waiting gangs that may be entitled to victims now (`preempt_for` looks no further at the others)."""
-    waiting = [state.jobs[j] for j in state.queued if _waited_enough(state.jobs[j], ctx)]
     beneficiaries = {state.jobs[v].preempted_for for v in state.preempting}
     usage = state.tenancy.committed()
     entitled: dict[tuple, bool] = {}  # the entitlement test depends only on these fields of the job
     out = []
-    for job in waiting:
+    now, wait = ctx.now, ctx.policy.preemption.wait_before_preempting_ms
+    for job_id in state.queued:  # in any order: queue_order sorts them by a total key
+        job = state.jobs[job_id]
+        if not _waited_enough(job, now, wait):
+            continue
         key = (job.team, job.gpu_type, job.min_gpus, job.priority)
         if key not in entitled:
             entitled[key] = may_have_victims(state, job, ctx.policy.preemption, usage)
@@ -108,16 +111,15 @@ def _may_preempt(state: CellState, ctx: Context) -> list[Job]:
     return out
 
 
-def _waited_enough(job: Job, ctx: Context) -> bool:
-    return (job.state is JobState.QUEUED and job.not_before <= ctx.now
-            and ctx.now - max(job.submitted_at, job.not_before) >= ctx.policy.preemption.wait_before_preempting_ms)
+def _waited_enough(job: Job, now: int, wait_ms: int) -> bool:
+    return job.state is JobState.QUEUED and job.not_before <= now and now - max(job.submitted_at, job.not_before) >= wait_ms
 
 
 def preempt_for(state: CellState, job: Job, ctx: Context, memo: dict | None = None) -> list[m.Decision]:
     """A CapacityHeld for the victims that make `job` admissible and the placement it would get, or nothing.
     `memo` is shared by the calls of one decision (see `candidates`)."""
     policy = ctx.policy.preemption
-    if (not _waited_enough(job, ctx) or job.has_hold
+    if (not _waited_enough(job, ctx.now, policy.wait_before_preempting_ms) or job.has_hold
             or any(state.jobs[v].preempted_for == job.job_id for v in state.preempting)
             or not may_have_victims(state, job, policy, state.tenancy.committed())):
         return []
