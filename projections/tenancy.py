@@ -63,6 +63,9 @@ class PriorityClass:
 
 DEFAULT_PRIORITY = PriorityClass("default", 0, True)
 
+#: The quota of a (team, GPU type) that has none set (immutable, so one instance serves every lookup).
+NO_QUOTA = Quota()
+
 
 @dataclass(frozen=True)
 class Admissibility:
@@ -125,7 +128,7 @@ class Tenancy:
         return usage
 
     def quota(self, team: str, gpu_type: str) -> Quota:
-        return self.quotas.get((team, gpu_type), Quota())
+        return self.quotas.get((team, gpu_type), NO_QUOTA)
 
     def used(self, team: str, gpu_type: str) -> int:
         return self.usage.get((team, gpu_type), 0)
@@ -160,13 +163,13 @@ class Tenancy:
         borrowed = max(0, after - quota.nominal)
         cohort = self.teams[team].cohort if team in self.teams else None
         if borrowed and (not borrowing or cohort is None):  # a team without a cohort has nothing to borrow from
-            return Admissibility(False, borrowed, "nominal")
+            return _answer(False, borrowed, "nominal")
         if quota.borrowing_limit is not None and borrowed > quota.borrowing_limit:
-            return Admissibility(False, borrowed, "borrowing_limit")
+            return _answer(False, borrowed, "borrowing_limit")
         own_extra = max(0, after - quota.guaranteed) - max(0, used - quota.guaranteed)
         if self.pool_used(team, gpu_type, usage) + own_extra > self.pool_size(team, gpu_type):
-            return Admissibility(False, borrowed, "cohort" if borrowed else "reclaim")
-        return Admissibility(True, borrowed)
+            return _answer(False, borrowed, "cohort" if borrowed else "reclaim")
+        return _answer(True, borrowed, "")
 
     def borrowed(self, team: str, gpu_type: str) -> int:
         return max(0, self.used(team, gpu_type) - self.quota(team, gpu_type).nominal)
@@ -202,6 +205,18 @@ class Tenancy:
             borrowed = sum(self.borrowed(name, gpu_type) for name in members)
             out.update(split(borrowed, {name: self.idle_lendable(name, gpu_type) for name in members}))
         return out
+
+
+_ANSWERS: dict[tuple[bool, int, str], Admissibility] = {}
+
+
+def _answer(fits: bool, borrowed: int, limit: str) -> Admissibility:
+    """One shared (immutable) Admissibility per distinct answer: quota checks run millions of times a run."""
+    key = (fits, borrowed, limit)
+    answer = _ANSWERS.get(key)
+    if answer is None:
+        answer = _ANSWERS[key] = Admissibility(fits, borrowed, limit)
+    return answer
 
 
 def split(amount: int, weights: Mapping[str, int]) -> dict[str, int]:

@@ -260,7 +260,7 @@ def admission_cycle(state: CellState, ctx: Context, only: Job | None = None, ref
         head that now blocks, for that); for lack of `room`, only the members that may use the same
         reserved nodes; with `alike`, only those."""
         rest = (Reason.WAITING_FOR_QUEUE_HEAD, _HEAD_WAITS) if head_blocked else (reason, detail)
-        for waiting in order.refused(no_more_room(job) if room else alike):
+        for waiting in order.refused(no_more_room(job) if room else alike, tell=not quiet):
             say_why(decisions, waiting, *rest, ctx)
         if itself:
             say_why(decisions, job, reason, detail, ctx)
@@ -381,7 +381,7 @@ def admission_cycle(state: CellState, ctx: Context, only: Job | None = None, ref
         if not policy.backfill:
             head_blocked = True
         if job.job_id in reservations:
-            order.refused()
+            order.refused(tell=False)
             continue  # keeps its reservation and its reason
         if policy.backfill and reserve(job):
             order.refused(lambda other: False)  # the rest of its group meets the new reservation: looked at again

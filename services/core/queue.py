@@ -87,19 +87,23 @@ class WaitingGangs:
         self.cursor[self.current] += 1
         self._push(self.current)
 
-    def refused(self, alike: Callable[[Job], bool] | None = None) -> list[Job]:
-        """The current gang was refused: so are the rest of its group, returned to be told why. With
-        `alike`, only those it holds for; the others stay in the queue as a group of their own."""
+    def refused(self, alike: Callable[[Job], bool] | None = None, tell: bool = True) -> list[Job]:
+        """The current gang was refused: so are the rest of its group, returned to be told why (unless not
+        `tell`: then none are). With `alike`, only those it holds for; the others stay in the queue as a group
+        of their own."""
         g = self.current
+        if alike is None and not tell:
+            return []
         rest = [self.state.jobs[j] for _, j in self.groups[g][self.cursor[g] + 1:]]
         if alike is not None:
-            others = [(None, job.job_id) for job in rest if not alike(job)]
+            held = [alike(job) for job in rest]  # once per member: `alike` may cost a look at every reservation
+            others = [(None, job.job_id) for job, same in zip(rest, held) if not same]
             if others:
-                rest = [job for job in rest if alike(job)]
+                rest = [job for job, same in zip(rest, held) if same]
                 self.groups.append(others)
                 self.cursor.append(0)
                 self._push(len(self.groups) - 1)
-        return [job for job in rest if job.not_before <= self.now]
+        return [job for job in rest if job.not_before <= self.now] if tell else []
 
 
 def queue_order(state: CellState, jobs: list[Job], admission: AdmissionPolicy) -> Iterator[Job]:

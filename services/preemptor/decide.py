@@ -76,9 +76,10 @@ class Preemptor:
             if job is not None:
                 decisions.extend(preempt_for(state, job, ctx))
         elif isinstance(event, m.Tick):
+            memo: dict = {}  # victims alike for several gangs: nothing changes between them
             for job in itertools.islice(queue_order(state, _may_preempt(state, ctx), ctx.policy.admission),
                                         CANDIDATES_PER_TICK):
-                chosen = preempt_for(state, job, ctx)
+                chosen = preempt_for(state, job, ctx, memo)
                 decisions.extend(chosen)
                 if chosen:
                     break  # one beneficiary per tick: the next tick sees its hold and its victims
@@ -92,12 +93,15 @@ def _preempted(victim: Job, reason: Reason, checkpoint_id: str | None, ctx: Cont
 
 def _may_preempt(state: CellState, ctx: Context) -> list[Job]:
     """The waiting gangs that may be entitled to victims now (`preempt_for` looks no further at the others)."""
-    waiting = [state.jobs[j] for j in state.queued if _waited_enough(state.jobs[j], ctx)]
     beneficiaries = {state.jobs[v].preempted_for for v in state.preempting}
     usage = state.tenancy.committed()
     entitled: dict[tuple, bool] = {}  # the entitlement test depends only on these fields of the job
     out = []
-    for job in waiting:
+    now, wait = ctx.now, ctx.policy.preemption.wait_before_preempting_ms
+    for job_id in state.queued:  # in any order: queue_order sorts them by a total key
+        job = state.jobs[job_id]
+        if not _waited_enough(job, now, wait):
+            continue
         key = (job.team, job.gpu_type, job.min_gpus, job.priority, job.service_band)
         if key not in entitled:
             entitled[key] = may_have_victims(state, job, ctx.policy.preemption, usage, ctx.now)
@@ -106,20 +110,20 @@ def _may_preempt(state: CellState, ctx: Context) -> list[Job]:
     return out
 
 
-def _waited_enough(job: Job, ctx: Context) -> bool:
-    return (job.state is JobState.QUEUED and job.not_before <= ctx.now
-            and ctx.now - max(job.submitted_at, job.not_before) >= ctx.policy.preemption.wait_before_preempting_ms)
+def _waited_enough(job: Job, now: int, wait_ms: int) -> bool:
+    return job.state is JobState.QUEUED and job.not_before <= now and now - max(job.submitted_at, job.not_before) >= wait_ms
 
 
-def preempt_for(state: CellState, job: Job, ctx: Context) -> list[m.Decision]:
-    """A CapacityHeld for the victims that make `job` admissible and the placement it would get, or nothing."""
+def preempt_for(state: CellState, job: Job, ctx: Context, memo: dict | None = None) -> list[m.Decision]:
+    """A CapacityHeld for the victims that make `job` admissible and the placement it would get, or nothing.
+    `memo` is shared by the calls of one decision (see `candidates`)."""
     policy = ctx.policy.preemption
-    if (not _waited_enough(job, ctx) or job.has_hold
+    if (not _waited_enough(job, ctx.now, policy.wait_before_preempting_ms) or job.has_hold
             or any(state.jobs[v].preempted_for == job.job_id for v in state.preempting)
             or not may_have_victims(state, job, policy, state.tenancy.committed(), ctx.now)):
         return []
     after = AfterEviction(state, job, ctx)
-    ranked = candidates(state, job, policy, ctx.now, after.usage)
+    ranked = candidates(state, job, policy, ctx.now, after.usage, memo)
     if not ranked or after.admissible():
         return []  # nobody to evict, or the admitter will admit it without anyone's help
     usage = _staying(state, after.usage)
@@ -134,7 +138,8 @@ def preempt_for(state: CellState, job: Job, ctx: Context) -> list[m.Decision]:
     first = eligible(state, job, ranked, usage, policy.keep_nominal)
     sets = [chosen] if (chosen := _greedy(after, first)) else []
     if len(first) < len(ranked):  # the law passed over some: biggest first may find a set where that order did not
-        by_size = sorted(ranked, key=lambda c: (c[0][1], -c[1].held_gpus, c[0][1:]))
+        # (rank, -GPUs, lost work, start, id): the key (rank, -GPUs, rank, lost, start, -GPUs, id) less repeats
+        by_size = sorted(ranked, key=lambda c: (c[0][1], c[0][4], c[0][2], c[0][3], c[0][5]))
         if (chosen := _greedy(after, eligible(state, job, by_size, usage, policy.keep_nominal))) is not None:
             sets.append(chosen)
     if not sets:
@@ -205,12 +210,7 @@ def _greedy(after: AfterEviction, order: list[Job]) -> list[Job] | None:
     None when all of them do not suffice (`after` is left with none evicted)."""
     # Evicting more never makes the job less admissible (quota use only falls, free slots only grow,
     # shadow times only come earlier): when all of them do not suffice, no prefix will.
-    for victim in order:
-        after.evict(victim)
-    enough = after.admissible()
-    for victim in order:
-        after.keep(victim)
-    if not enough:
+    if not after.admissible_without(order):
         return None
     chosen: list[Job] = []
     for victim in order:  # the shortest prefix that suffices

@@ -44,6 +44,8 @@ class AfterEviction:
                 self.touches.setdefault(j, []).append(len(self.reservations))
             self.reservations.append((list(nodes), [(j, expected_end(state.jobs[j])) for j in jobs]))
         self.closed = [self._closed(r) for r in range(len(self.reservations))]
+        self._gives: dict[str, list[tuple[str, int]]] = {}  # job id -> GPUs its eviction gives back, per node
+        self._off: tuple[set[str], int] | None = None  # `_off_limits()` while no reservation opens or closes
 
     def evict(self, victim: Job) -> None:
         self._shift(victim, 1)
@@ -55,19 +57,59 @@ class AfterEviction:
         del self.victims[victim.job_id]
         self._retouch(victim)
 
+    def admissible_without(self, victims: list[Job]) -> bool:
+        """Whether the job is admissible with `victims` evicted too (none of them evicted now), leaving `after`
+        as it was: `evict` each, `admissible`, `keep` each, with each reservation looked at once."""
+        usage, freed, evicted, closed = dict(self.usage), dict(self.freed), dict(self.victims), list(self.closed)
+        off = self._off
+        touched: set[int] = set()
+        for victim in victims:
+            self._shift(victim, 1)
+            self.victims[victim.job_id] = victim
+            touched.update(self.touches.get(victim.job_id, ()))
+        for r in touched:
+            self._reclose(r)
+        try:
+            return self.admissible()
+        finally:
+            self.usage.clear()
+            self.usage.update(usage)
+            self.freed, self.victims, self.closed, self._off = freed, evicted, closed, off
+
     def _retouch(self, victim: Job) -> None:
         for r in self.touches.get(victim.job_id, ()):
-            self.closed[r] = self._closed(r)
+            self._reclose(r)
+
+    def _reclose(self, r: int) -> None:
+        closed = self._closed(r)
+        if closed != self.closed[r]:
+            self.closed[r] = closed
+            self._off = None
 
     def _shift(self, victim: Job, sign: int) -> None:
         key = (victim.team, victim.gpu_type)
         self.usage[key] = self.usage.get(key, 0) - sign * victim.held_gpus
-        cluster = self.state.cluster
+        gives = self._gives.get(victim.job_id)
+        if gives is None:  # the state does not change while victims are tried: counted once per victim
+            gives = self._gives[victim.job_id] = self._given_back(victim)
+        freed = self.freed
+        for name, gpus in gives:  # only nodes where victims give GPUs back stay in `freed`
+            left = freed.get(name, 0) + sign * gpus
+            if left:
+                freed[name] = left
+            else:
+                freed.pop(name, None)
+
+    def _given_back(self, victim: Job) -> list[tuple[str, int]]:
+        """The GPUs of the job's type that `victim` holds and would give back, per worker's node (claimed ones stay
+        claimed, retired ones stay retired)."""
+        cluster, out = self.state.cluster, []
         for _, name, gpus in victim.assignments:
             node = cluster.nodes.get(name)
             if name in cluster.counted and node.gpu_type == self.job.gpu_type:
-                freed = sum(1 for i in gpus if i in node.holder and i not in node.retired and i not in node.claimed)
-                self.freed[name] = self.freed.get(name, 0) + sign * freed
+                out.append((name, sum(1 for i in gpus if i in node.holder and i not in node.retired
+                                      and i not in node.claimed)))
+        return out
 
     def _closed(self, r: int) -> bool:
         """Whether reservation `r` is off limits to the job, as `off_limits` would say with the victims gone."""
@@ -83,26 +125,30 @@ class AfterEviction:
             shadow = max(shadow, end)
         return not ends_before(job, now, shadow)
 
-    def _excluded(self) -> set[str]:
-        return {n for r, (nodes, _) in enumerate(self.reservations) if self.closed[r] for n in nodes}
+    def _off_limits(self) -> tuple[set[str], int]:
+        """The nodes of the closed reservations, and the slots for the job's workers that their free GPUs hold now."""
+        if self._off is None:
+            state, job = self.state, self.job
+            excluded = {n for r, (nodes, _) in enumerate(self.reservations) if self.closed[r] for n in nodes}
+            counted, g = state.cluster.counted, job.gpus_per_worker
+            self._off = (excluded, sum(counted[name] // g for name in excluded
+                                       if name in counted and state.cluster.nodes[name].gpu_type == job.gpu_type))
+        return self._off
 
     def admissible(self) -> bool:
         state, job = self.state, self.job
         most, fit = quota_fit(state.tenancy, job, self.ctx.policy.admission.borrowing, self.usage)
         if not fit.fits:
             return False
-        excluded = self._excluded()
+        excluded, lost = self._off_limits()
         if job.topology_required is not None:  # the placement itself, with the victims' GPUs given back
             view = CapacityView(state.cluster)
             for victim in self.victims.values():
                 view.release(victim)
             return isinstance(place_gang(view, job, most, self.ctx.policy.placement, sorted(excluded)), Placement)
-        counted, g, slots = state.cluster.counted, job.gpus_per_worker, self.slots
-        for name in excluded:
-            if name in counted and state.cluster.nodes[name].gpu_type == job.gpu_type:
-                slots -= counted[name] // g
+        counted, g, slots = state.cluster.counted, job.gpus_per_worker, self.slots - lost
         for name, extra in self.freed.items():
-            if extra and name not in excluded:
+            if name not in excluded:
                 before = counted[name]
                 slots += (before + extra) // g - before // g
         return slots >= job.min_count

@@ -153,24 +153,48 @@ def lost_work_gpu_ms(victim: Job, now: int) -> int:
     return victim.held_gpus * max(0, now - since)
 
 
-def candidates(state: CellState, job: Job, policy: PreemptionPolicy, now: int,
-               usage: Usage) -> list[tuple[tuple, Job]]:
+def candidates(state: CellState, job: Job, policy: PreemptionPolicy, now: int, usage: Usage,
+               memo: dict[tuple, list[tuple[tuple, Job]]] | None = None) -> list[tuple[tuple, Job]]:
     """Possible victims with their sort key: reclaim before priority, least lost work, biggest first. A job
-    already preempted once for this gang is not preempted for it again."""
+    already preempted once for this gang is not preempted for it again. `memo` keeps the victims in other teams
+    for gangs alike in what they depend on, while neither the state, `now` nor `usage` changes (one decision)."""
     team_rules = rules(state, job.team, policy)
     within = within_nominal(state, job, usage)
     lowest = _lowest_priority(state)
-    borrowing = borrowing_teams(state, job, usage) if _may_take_others(team_rules, job, within, lowest) else set()
-    teams = set(borrowing) | set(_time_share_teams(state, job, policy))
-    if _may_take_own(team_rules, job, lowest):
-        teams.add(job.team)
+    out: list[tuple[tuple, Job]] = []
+    borrowing: set[str] = set()
+    if policy.time_share == "Any":  # victims in any team, depending on the gang's band too: nothing shared
+        borrowing = borrowing_teams(state, job, usage) if _may_take_others(team_rules, job, within, lowest) else set()
+        teams = sorted((borrowing | set(_time_share_teams(state, job, policy))) - {job.team})
+        out = [c for c in _ranked(state, job, policy, now, teams, team_rules, within, borrowing)
+               if job.job_id not in c[1].yielded_to]
+    elif _may_take_others(team_rules, job, within, lowest):
+        # Victims in other teams depend on the gang only through these (and on whom they yielded to, below).
+        key = (job.team, job.gpu_type, job.priority, within, job.held_quota)
+        others = memo.get(key) if memo is not None else None
+        if others is None:
+            borrowing = borrowing_teams(state, job, usage)
+            others = _ranked(state, job, policy, now, sorted(borrowing), team_rules, within, borrowing)
+            if memo is not None:
+                memo[key] = others
+        out = [c for c in others if job.job_id not in c[1].yielded_to]
+    if _may_take_own(team_rules, job, lowest) or policy.time_share != "Never":
+        out += [c for c in _ranked(state, job, policy, now, [job.team], team_rules, within, borrowing)
+                if job.job_id not in c[1].yielded_to]
+        out.sort(key=lambda c: c[0][1:])
+    return out
+
+
+def _ranked(state: CellState, job: Job, policy: PreemptionPolicy, now: int, teams: list[str], team_rules: Rules,
+            within: bool, borrowing: set[str]) -> list[tuple[tuple, Job]]:
+    """The running jobs of `teams` that may be victims for `job` (whom they yielded to aside), sorted by their key."""
     out = []
     # Visit order does not matter: the candidates are sorted by a total key below.
     started_by = now - policy.min_runtime_ms  # later starters are protected for their minimum runtime
-    for victim_id in [v for t in sorted(teams) for v in state.running_before(t, started_by)]:
+    for victim_id in [v for t in teams for v in state.running_before(t, started_by)]:
         victim = state.jobs[victim_id]
         if (victim.state not in (JobState.RUNNING, JobState.PLACED) or not victim.preemptible
-                or victim.gpu_type != job.gpu_type or victim.job_id == job.job_id or job.job_id in victim.yielded_to):
+                or victim.gpu_type != job.gpu_type or victim.job_id == job.job_id):
             continue
         if victim.running_since is None or now - victim.running_since < policy.min_runtime_ms:
             continue  # not running yet, or protected after a (re)start
@@ -208,11 +232,15 @@ def eligible(state: CellState, job: Job, ranked: list[tuple[tuple, Job]], usage:
     if not law:
         return [victim for _, victim in ranked]
     usage = dict(usage)
+    nominal: dict[tuple[str, str], int] = {}
     out = []
     for _, victim in ranked:
-        key = (victim.team, victim.gpu_type)
-        if victim.team != job.team and usage.get(key, 0) - victim.held_gpus < state.tenancy.quota(*key).nominal:
-            continue
+        key, gpus = (victim.team, victim.gpu_type), victim.held_gpus
+        if victim.team != job.team:
+            if key not in nominal:
+                nominal[key] = state.tenancy.quota(*key).nominal
+            if usage.get(key, 0) - gpus < nominal[key]:
+                continue
         out.append(victim)
-        usage[key] = usage.get(key, 0) - victim.held_gpus
+        usage[key] = usage.get(key, 0) - gpus
     return out

@@ -17,6 +17,7 @@ from services.core.placement import CapacityView, Placement, off_limits, place_g
 from services.core.queue import WaitingGangs
 from services.core.quota import quota_fit
 from services.preemptor.eviction import AfterEviction
+from services.preemptor.victims import candidates
 from tests.property.streams import DataChooser, stream
 
 
@@ -58,12 +59,37 @@ class EvictionCountAgreesWithPlacement:
             for k, victim in enumerate(victims):  # keep the first ones again: the rest stay evicted
                 after.keep(victim)
                 assert after.admissible() == admissible_after(state, job, victims[k + 1:], ctx), (job_id, -k)
+            for k in range(len(victims) + 1):  # all of a prefix at once, none evicted before or after
+                assert after.admissible_without(victims[:k]) == admissible_after(state, job, victims[:k], ctx), \
+                    (job_id, "all", k)
+                assert not after.victims and not any(after.freed.values()), (job_id, "left evicted", k)
+            assert after.admissible() == admissible_after(state, job, [], ctx), (job_id, "after all")
+
+
+class CandidatesAlikeAgreeWithEachGang:
+    """After every event: the victims `candidates` finds for each waiting gang with one memo shared by all of them
+    (as one Tick shares it) are those it finds for the gang alone."""
+
+    def __call__(self, cell, event, offset) -> None:
+        state, policy = cell.state, cell.policy.preemption
+        memo: dict = {}
+        for job_id in sorted(state.queued):
+            job = state.jobs[job_id]
+            usage = dict(state.tenancy.committed(job))
+            alone = candidates(state, job, policy, state.now, usage)
+            assert candidates(state, job, policy, state.now, usage, memo) == alone, job_id
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.data())
 def test_preemptor_what_if_equals_a_placement_after_the_evictions(data):
     run(stream(DataChooser(data), steps=40), observers=[EvictionCountAgreesWithPlacement()])
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.data())
+def test_victims_shared_by_gangs_alike_equal_each_gangs_own(data):
+    run(stream(DataChooser(data), steps=40), observers=[CandidatesAlikeAgreeWithEachGang()])
 
 
 class GroupedAdmissionAgreesWithOneByOne:
