@@ -76,7 +76,7 @@ def test_compare_prints_one_table_and_writes_the_report(traces, tmp_path, capsys
     for name in ("gangway", "fifo", "static", "kueue-like", "backfill"):
         assert f"| {name} |" in printed
     assert [r["policy"]["name"] for r in json.loads(out.read_text())["compare"]] == [
-        "gangway", "fifo", "static", "kueue-like", "backfill"]
+        "gangway", "fifo", "static", "kueue-like", "backfill", "tiresias"]
     assert {p.name for p in report.iterdir()} == {"report.md", "jct_cdf.png", "team_queue.png", "gpus_in_use.png"}
     assert (report / "jct_cdf.png").read_bytes()[:4] == b"\x89PNG"
 
