@@ -208,6 +208,7 @@ class Tenancy:
 
 
 _ANSWERS: dict[tuple[bool, int, str], Admissibility] = {}
+_MOST_ANSWERS = 4096
 
 
 def _answer(fits: bool, borrowed: int, limit: str) -> Admissibility:
@@ -215,7 +216,9 @@ def _answer(fits: bool, borrowed: int, limit: str) -> Admissibility:
     key = (fits, borrowed, limit)
     answer = _ANSWERS.get(key)
     if answer is None:
-        answer = _ANSWERS[key] = Admissibility(fits, borrowed, limit)
+        answer = Admissibility(fits, borrowed, limit)
+        if len(_ANSWERS) < _MOST_ANSWERS:  # bounded: a hostile quota could ask for any number of distinct answers
+            _ANSWERS[key] = answer
     return answer
 
 

@@ -132,7 +132,7 @@ def _time_share_teams(state: CellState, job: Job, policy: PreemptionPolicy) -> l
     return [job.team] if policy.time_share == "WithinTeam" else []
 
 
-def may_have_victims(state: CellState, job: Job, policy: PreemptionPolicy, usage: Usage, now: int = 0) -> bool:
+def may_have_victims(state: CellState, job: Job, policy: PreemptionPolicy, usage: Usage, now: int) -> bool:
     """Cheap test before the search: could any running job be a victim for `job` under its team's rules?"""
     team_rules = rules(state, job.team, policy)
     lowest = _lowest_priority(state)
