@@ -23,6 +23,7 @@ from fastavro import parse_schema
 from fastavro.schema import to_parsing_canonical_form
 from pydantic import ValidationError
 
+from events.collector import paused_collections
 from events.models import EVENT_TYPES, EVENT_TYPES_BY_NAME, Event
 from events.schema_catalogue import default_catalogue
 
@@ -130,7 +131,8 @@ def read_log_file(path: str | Path) -> LogFile:
             handle.seek(0)  # written by another Gangway version: resolve each record into today's schema
             reader = fastavro.reader(handle, reader_schema=_parsed(), return_record_name=True)
         try:
-            records = [(row["offset"], _event(row["event"])) for row in reader]
+            with paused_collections():
+                records = [(row["offset"], _event(row["event"])) for row in reader]
         except NotALogFile as error:
             raise NotALogFile(f"{source}: {error}") from None
         except Exception as error:

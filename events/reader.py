@@ -17,6 +17,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from confluent_kafka import TopicPartition
 
 from events.auth import READER, Credentials
+from events.collector import paused_collections
 from events.log import EventConsumer, LogRecord, retrying
 from events.topics import TopicNames, cell_partition, cells_from_env, topic_names
 
@@ -97,7 +98,7 @@ class LogReader:
 def read_log(cell: str, bootstrap_servers: str | None = None, start: int = 0, to: int | None = None,
              all_cells: Sequence[str] | None = None, topics: TopicNames | None = None) -> list[LogRecord]:
     """One cell's committed log from `start` up to `to` or its end, as records."""
-    with LogReader([cell], bootstrap_servers, start, all_cells, topics) as reader:
+    with LogReader([cell], bootstrap_servers, start, all_cells, topics) as reader, paused_collections():
         return list(reader.read(to))
 
 

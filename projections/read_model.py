@@ -42,7 +42,7 @@ class ReadModel:
 
 
     def fold(self, offset: int, event: m.Event) -> None:
-        job_id = getattr(event, "job_id", None)
+        job_id = m.field_of(event, "job_id", None)
         before = self.state.jobs.get(job_id) if job_id else None
         attempt_before = before.attempt if before is not None else None
         if isinstance(event, m.Tick):  # the jobs that ended leave the cell's state now; their readers keep them
@@ -50,7 +50,7 @@ class ReadModel:
         evolve(self.state, event, offset)
         job = self.state.jobs.get(job_id) if job_id else None
         if job is not None and event.is_decision and job.reason_offset == offset:  # a decision the fold accepted
-            self.details[job.job_id] = getattr(event, "detail", "")
+            self.details[job.job_id] = m.field_of(event, "detail", "")
         if event.is_decision and event.envelope.producer == "admitter" and event.envelope.policy_version:
             self.policy_version = event.envelope.policy_version
         if isinstance(event, m.JobSubmitted):

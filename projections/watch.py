@@ -75,7 +75,7 @@ class CellView:
         for _ in range(4):
             latest.add_column()
         for offset, event in self.recent:
-            subject = getattr(event, "job_id", None) or getattr(event, "node", "")
+            subject = m.field_of(event, "job_id", None) or m.field_of(event, "node", "")
             latest.add_row(str(offset), type(event).__name__, subject, event.envelope.reason.value)
         return Group(header, Text(""), teams, Text(""), decided, latest)
 

@@ -20,6 +20,7 @@ from confluent_kafka import KafkaException
 
 from events import models as m
 from events.broker import cluster_node_ids
+from events.collector import rare_collections
 from events.command import guarded
 from events.logfile import NotALogFile, offsets_problem, read_log_file
 from events.reader import read_log
@@ -151,5 +152,9 @@ def window(log: Log, start: Position | None, end: Position | None) -> list[tuple
 
 
 def audited(name: str, body: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:
-    """Runs an audit command: bad input is one line on stderr, prefixed with the command, and exit 1."""
-    return guarded(name, body, AuditError)
+    """Runs an audit command: bad input is one line on stderr, prefixed with the command, and exit 1. It reads
+    and folds a whole log, so the garbage collector runs rarely meanwhile (events/collector.py)."""
+    def paced(args: argparse.Namespace) -> int:
+        with rare_collections():
+            return body(args)
+    return guarded(name, paced, AuditError)

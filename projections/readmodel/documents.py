@@ -98,7 +98,7 @@ def event_detail(event: m.Event | None) -> str:
         return (f"on {event.node}: " if event.node else "") + event.detail
     if isinstance(event, m.JobSubmitted):
         return f"{event.workers} x {event.gpus_per_worker} {event.gpu_type}"
-    return getattr(event, "detail", "") or ""
+    return m.field_of(event, "detail", "") or ""
 
 
 def timeline_entry(entry: tuple[int, int, str, str], event: m.Event | None) -> dict[str, Any]:

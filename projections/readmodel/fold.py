@@ -170,7 +170,7 @@ class CellFold:
     def _count(self, event: m.Event, offset: int, hours: set[int]) -> None:
         """Hourly series and /metrics counters, from what the event did to the state (a superseded decision did
         nothing and counts for nothing)."""
-        job = self.state.jobs.get(getattr(event, "job_id", ""))
+        job = self.state.jobs.get(m.field_of(event, "job_id", ""))
         took = (job is not None and bool(job.history) and job.history[-1][0] == offset
                 and job.history[-1][3] not in NO_EFFECT)
         what = {m.JobSubmitted: "submitted", m.JobAdmitted: "admitted", m.JobPlaced: "placed",
@@ -202,12 +202,12 @@ class CellFold:
                     break
 
     def _stream_item(self, offset: int, event: m.Event) -> dict[str, Any]:
-        job_id = getattr(event, "job_id", None)
+        job_id = m.field_of(event, "job_id", None)
         job = self.state.jobs.get(job_id) if job_id else None
         return {"cell": self.cell, "offset": offset, "at": event.envelope.at, "type": type(event).__name__,
                 "kind": "decision" if event.is_decision else "request", "job_id": job_id,
-                "team": job.team if job is not None else getattr(event, "team", None),
-                "node": getattr(event, "node", None), "reason": event.envelope.reason.value,
+                "team": job.team if job is not None else m.field_of(event, "team", None),
+                "node": m.field_of(event, "node", None), "reason": event.envelope.reason.value,
                 "detail": timeline_entry((offset, event.envelope.at, "", ""), event)["detail"]}
 
     def summary(self) -> dict[str, Any]:

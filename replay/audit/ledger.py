@@ -81,7 +81,7 @@ def fold(records: Sequence[tuple[int, m.Event]], start: int | None = None) -> Le
         if at > last:
             _accrue(teams, rates, max(last, start), at)
             last = at
-        job = state.jobs.get(getattr(event, "job_id", "")) if isinstance(event, _WATCHED) else None
+        job = state.jobs.get(m.field_of(event, "job_id", "")) if isinstance(event, _WATCHED) else None
         before = {"running_since": job.running_since, "checkpoint": job.checkpoint,
                   "held_gpus": job.held_gpus} if job is not None else {}
         if evolve(state, event, offset) is not None:
@@ -103,7 +103,7 @@ def fold(records: Sequence[tuple[int, m.Event]], start: int | None = None) -> Le
 
 def _count(state: CellState, event: m.Event, offset: int, before: dict, teams: dict[str, TeamLedger],
            submitted: dict[str, int], waits: dict[str, list[int]]) -> None:
-    job = state.jobs.get(getattr(event, "job_id", ""))
+    job = state.jobs.get(m.field_of(event, "job_id", ""))
     if job is None:
         return
     ledger = teams.setdefault(job.team, TeamLedger(job.team))

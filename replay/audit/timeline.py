@@ -101,7 +101,7 @@ def timeline(records: Sequence[tuple[int, m.Event]], job_id: str) -> tuple[Timel
 
 
 def _about(event: m.Event, job_id: str, requests: set[str], inputs: set[int]) -> bool:
-    if getattr(event, "job_id", None) == job_id or getattr(event, "for_job_id", None) == job_id:
+    if m.field_of(event, "job_id", None) == job_id or m.field_of(event, "for_job_id", None) == job_id:
         return True
     if isinstance(event, m.RequestRejected):
         return event.request_event_id in requests
@@ -110,7 +110,7 @@ def _about(event: m.Event, job_id: str, requests: set[str], inputs: set[int]) ->
 
 def _superseded(event: m.Event, job: Job | None, job_id: str, offset: int) -> bool:
     """A decision about the job that the fold did not take (it notes it superseded in the job's history)."""
-    return (type(event) in _FOLDED_ABOUT_JOB and job is not None and getattr(event, "job_id", None) == job_id
+    return (type(event) in _FOLDED_ABOUT_JOB and job is not None and m.field_of(event, "job_id", None) == job_id
             and job.reason_offset != offset and event.envelope.reason is not m.Reason.DUPLICATE_JOB)
 
 
@@ -256,7 +256,7 @@ def _requeued(e: m.JobRequeued, at: _Moment) -> str:
 
 def _ended(verb: str) -> Callable[[m.Event, _Moment], str]:
     def describe(e: m.Event, at: _Moment) -> str:
-        detail = getattr(e, "detail", "")
+        detail = m.field_of(e, "detail", "")
         return f"{verb}: {detail}" if detail else verb
     return describe
 
@@ -266,7 +266,7 @@ def _cancel_requested(e: m.JobCancelRequested, at: _Moment) -> str:
 
 
 def _plain(e: m.Event, at: _Moment) -> str:
-    return getattr(e, "detail", "") or e.event_type
+    return m.field_of(e, "detail", "") or e.event_type
 
 
 def lost_gpu_ms(before: dict, at: int) -> int:

@@ -66,7 +66,7 @@ class LoggedWork:
         self.durations: dict[str, int] = {}
 
     def __call__(self, cell: VirtualCell, event: m.Event, offset: int) -> None:
-        job = cell.state.jobs.get(getattr(event, "job_id", ""))
+        job = cell.state.jobs.get(m.field_of(event, "job_id", ""))
         if job is None:
             return
         if isinstance(event, m.WorkerStarted) and job.state is JobState.RUNNING and job.running_since == event.at:

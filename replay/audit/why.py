@@ -44,9 +44,11 @@ class Why:
 
 def why(state: CellState, job_id: str, policy: Policy, estimate: Estimate | None = None) -> Why:
     """Re-runs the deciders on `job_id` in `state` (folded to its last offset; it is changed: pass a private fold)."""
-    job = state.jobs[job_id]
+    job = state.jobs.get(job_id)
     out = Why(job_id, state.offset, state.now, policy.version)
-    if job.state is JobState.QUEUED:
+    if job is None:  # an ended job leaves the deciders' state at the next Tick
+        out.verdicts.append("not waiting: it has ended and left the deciders' state; nothing is decided about it")
+    elif job.state is JobState.QUEUED:
         out.verdicts += _admitter(state, job, policy) + _preemptor(state, job, policy)
         out.constraints = constraints(state, job, policy, estimate)
     elif job.state is JobState.ADMITTED:

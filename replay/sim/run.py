@@ -40,14 +40,13 @@ real starts (replay/sim/estimates.py).
 
 from __future__ import annotations
 
-import gc
 import time
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from events import models as m
+from events.collector import rare_collections
 from events.submission import job_submitted
 from projections.jobs import JobState
 from replay.runner import Observer, VirtualCell
@@ -84,27 +83,8 @@ def simulate(workload: Workload, policy: Policy, config: SimConfig, progress: Pr
              observers: Sequence[Observer] = ()) -> RunOutcome:
     """Plays the workload through the deciders under `policy` and returns its measures; `observers` see every
     event of the log as it is folded (to keep the log, say)."""
-    with _rare_collections():
+    with rare_collections():
         return _simulate(workload, policy, config, progress, observers)
-
-
-#: Allocations between two collections of the youngest generation during a run (Python's default is 700).
-_YOUNG_THRESHOLD = 100_000
-
-
-@contextmanager
-def _rare_collections() -> Iterator[None]:
-    """A run allocates millions of small objects that stay (the log, the jobs) or die young without cycles, so
-    the cyclic garbage collector, at its default rate, spent about a fifth of a run scanning what it cannot
-    free. It runs far less often meanwhile, and never over the objects there before the run (the workload)."""
-    threshold = gc.get_threshold()
-    gc.freeze()
-    gc.set_threshold(_YOUNG_THRESHOLD, 50, 100)
-    try:
-        yield
-    finally:
-        gc.set_threshold(*threshold)
-        gc.unfreeze()
 
 
 def _simulate(workload: Workload, policy: Policy, config: SimConfig, progress: Progress | None,

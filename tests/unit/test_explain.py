@@ -16,7 +16,7 @@ from replay.audit.timeline import timeline
 from replay.audit.why import why
 from replay.scenario.play import run_file
 from services.core.forecast import forecast
-from tests.builders import cancel, fold, job, node, quota, team, topology
+from tests.builders import cancel, fold, job, node, quota, team, tick, topology
 
 SCENARIOS = Path(__file__).resolve().parents[1] / "scenarios"
 
@@ -106,6 +106,17 @@ def test_why_on_a_team_at_its_quota_without_a_cohort():
                                    "its nominal quota and it may not borrow")
     assert any("it has no cohort to borrow from" in c for c in reasons.constraints)
     assert any(c.startswith("quota aside, 1 workers fit now") for c in reasons.constraints)
+
+
+def test_why_on_a_job_that_ended_and_left_the_state_says_it_ended():
+    cell = fold(topology("rack"), node("n0"), team("nlp"), quota("nlp", 8), job("done", at=1000))
+    cell.schedule_all([cancel("done", at=5000), tick(70_000)])
+    cell.run_until(70_000)
+    records = list(enumerate(cell.log))
+    story, state = timeline(records, "done")
+    assert story.state == "cancelled" and "done" not in state.jobs
+    assert why(state, "done", recorded(records)).verdicts == [
+        "not waiting: it has ended and left the deciders' state; nothing is decided about it"]
 
 
 # --- the command -----------------------------------------------------------------------------------------------
