@@ -87,6 +87,8 @@ class Cluster:
     #: gpu type -> free GPU count -> sorted names of schedulable nodes with that many free
     by_free: dict[str, dict[int, list[str]]] = field(default_factory=dict)
     counted: dict[str, int] = field(default_factory=dict)  # node -> free count it is indexed under
+    counted_healthy: dict[str, int] = field(default_factory=dict)  # node -> healthy GPUs it is indexed with
+    healthy: dict[str, int] = field(default_factory=dict)  # gpu type -> healthy GPUs of its schedulable nodes
     #: gpu type -> GPUs per node -> number of (non-spare) nodes of that size, for validating requests
     sizes: dict[str, dict[int, int]] = field(default_factory=dict)
     claimed_on: set[str] = field(default_factory=set)  # nodes with GPUs held for a waiting gang
@@ -104,7 +106,7 @@ class Cluster:
     def reindex(self) -> None:
         """Rebuilds the domain lists and the capacity index (after the topology levels change)."""
         self.histogram.clear(), self.domains.clear(), self.members.clear(), self.by_free.clear()
-        self.counted.clear()
+        self.counted.clear(), self.counted_healthy.clear(), self.healthy.clear()
         self.claimed_on.clear()
         self.by_type.clear()
         self.sizes.clear()
@@ -144,6 +146,8 @@ class Cluster:
         if node.schedulable:
             free = node.free
             self.counted[node.name] = free
+            self.counted_healthy[node.name] = node.healthy_gpus
+            self.healthy[node.gpu_type] = self.healthy.get(node.gpu_type, 0) + node.healthy_gpus
             for key in self._keys(node):
                 histogram = self.histogram.setdefault(key, [0] * (node.gpus + 1))
                 if len(histogram) <= free:
@@ -155,6 +159,7 @@ class Cluster:
         free = self.counted.pop(node.name, None)
         if free is None:
             return
+        self.healthy[node.gpu_type] -= self.counted_healthy.pop(node.name)
         for key in self._keys(node):
             self.histogram[key][free] -= 1
         remove_sorted(self.by_free[node.gpu_type][free], node.name)
@@ -167,7 +172,7 @@ class Cluster:
 
     def capacity(self, gpu_type: str) -> int:
         """Healthy GPUs of a type on nodes that could take work (spares excluded until activated)."""
-        return sum(n.healthy_gpus for n in self.of_type(gpu_type) if n.schedulable)
+        return self.healthy.get(gpu_type, 0)
 
     def level_index(self, level: str) -> int | None:
         """Position of a topology level; the implicit node level comes after the declared ones."""

@@ -30,12 +30,13 @@ from confluent_kafka import Producer  # noqa: E402
 from confluent_kafka.admin import AdminClient  # noqa: E402
 
 from events import models as m  # noqa: E402
-from events.auth import client_config
+from events.auth import client_config  # noqa: E402
 from events.broker import LocalKafka, find_free_base_port, quiet_logger  # noqa: E402
 from events.codec import EventCodec  # noqa: E402
 from events.reader import LogReader  # noqa: E402
 from events.submission import job_submitted  # noqa: E402
 from events.topics import ensure_topics, topic_names  # noqa: E402
+from tests.conftest import use_admin_of  # noqa: E402
 from tests.integration.control_plane import ControlPlane, Operator  # noqa: E402
 
 
@@ -78,10 +79,15 @@ def setup(bootstrap: str, state: Path, name: str):
     return topics, plane, operator, watcher, launcher
 
 
-def submit(launcher: Producer, topics, codec: EventCodec, operator: Operator, job_id: str) -> None:
+def submit(launcher: Producer, topics, codec: EventCodec, operator: Operator, job_id: str, direct: bool) -> None:
+    """As `gangway submit` does: onto the team's input topic, which the intake takes into the cell's log (with
+    `direct`, straight onto the log, as before there was an intake)."""
     envelope = operator.envelope(producer="launcher")
     event = job_submitted(job_id, "nlp", 1, 1, "H100", cell=envelope.cell, at=envelope.at, producer="launcher")
-    launcher.produce(topics.events, key=b"cell-a", value=codec.encode(event), partition=0)
+    if direct:
+        launcher.produce(topics.events, key=b"cell-a", value=codec.encode(event), partition=0)
+    else:
+        launcher.produce(topics.input_topic(event), key=b"cell-a", value=codec.encode(event))
     launcher.poll(0)
 
 
@@ -105,6 +111,8 @@ def main() -> int:
     parser.add_argument("--seconds", type=float, default=10.0)
     parser.add_argument("--burst", type=int, default=2000)
     parser.add_argument("--bootstrap-servers", default=None)
+    parser.add_argument("--direct", action="store_true",
+                        help="write submissions straight onto the cell's log instead of the team's input topic")
     args = parser.parse_args()
     codec = EventCodec()
     with tempfile.TemporaryDirectory(prefix="gangway-bench-") as scratch:
@@ -113,6 +121,7 @@ def main() -> int:
         if bootstrap is None:
             kafka = LocalKafka(data_dir=Path(scratch) / "kafka", port=find_free_base_port(2))
             bootstrap = kafka.start()
+            use_admin_of(kafka)
         try:
             topics, plane, operator, watcher, launcher = setup(bootstrap, Path(scratch), "latency")
             time.sleep(3)  # let the services join their group and own the cell
@@ -126,7 +135,7 @@ def main() -> int:
                     time.sleep(0.0005)
                 job = f"lat-{i}"
                 sent[job], sent_wall[job] = time.perf_counter(), time.time()
-                submit(launcher, topics, codec, operator, job)
+                submit(launcher, topics, codec, operator, job, args.direct)
             launcher.flush(30)
             wait_placed(watcher, list(sent))
             latencies = sorted((watcher.placed[j] - sent[j]) * 1000 for j in sent if j in watcher.placed)
@@ -148,7 +157,7 @@ def main() -> int:
             jobs = [f"burst-{i}" for i in range(args.burst)]
             began = time.perf_counter()
             for job in jobs:
-                submit(launcher, topics, codec, operator, job)
+                submit(launcher, topics, codec, operator, job, args.direct)
             launcher.flush(30)
             submitted = time.perf_counter() - began
             wait_placed(watcher, jobs)

@@ -55,6 +55,9 @@ def check_nodes(state: CellState) -> None:
             job = state.jobs.get(job_id)
             assert job is not None and job.has_hold and any(n == node.name and g in gpus for _, n, gpus in job.held), (
                 f"GPU {node.name}/{g} is held for {job_id}, whose hold does not name it")
+    for gpu_type in state.cluster.gpu_types():  # the capacity the index keeps is what the nodes add up to
+        assert state.cluster.capacity(gpu_type) == sum(n.healthy_gpus for n in state.cluster.of_type(gpu_type)
+                                                       if n.schedulable), f"{gpu_type} capacity index is stale"
     held: dict[tuple[str, str], int] = {}
     for job_id in sorted(state.holds):
         job = state.jobs[job_id]
