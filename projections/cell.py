@@ -53,9 +53,6 @@ class CellState:
     #: (submit offset, runtime fraction) of the latest-submitted retired jobs that have one (Job.runtime_fraction),
     #: at most RUNTIME_HISTORY: what the start-time forecast learns from once the jobs have left.
     runtimes: list[tuple[int, float]] = field(default_factory=list)
-    #: (promote_at, job id) of waiting jobs due a starvation promotion (Job.promote_at), taken at Ticks; entries
-    #: a job no longer matches are skipped then, so the heap may hold some that a replica's assumed decisions left
-    promotions: list[tuple[int, str]] = field(default_factory=list, compare=False, repr=False)
     #: keys of the snapshot rows changed since a store last saved them (see projections/snapshot.py)
     dirty: set[str] = field(default_factory=set, compare=False, repr=False)
 

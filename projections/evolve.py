@@ -13,12 +13,11 @@ from __future__ import annotations
 
 from bisect import insort
 from collections.abc import Callable
-from heapq import heappop, heappush
 
 from events import models as m
 from projections.cell import RUNTIME_HISTORY, CellState
 from projections.cluster import Node, domain_ids
-from projections.jobs import STARVE_FACTOR, Checkpoint, Job, JobState
+from projections.jobs import Checkpoint, Job, JobState
 from projections.reservations import ends_before, outranks, shadow_time
 from projections.tenancy import DEFAULT_PRIORITY, PriorityClass, Quota, Team, TeamPreemption
 from projections.validate import Limits, Refusal, refusal, request_problem, team_problem
@@ -109,14 +108,8 @@ def _decided_about(state: CellState, event: m.Event, offset: int) -> Job | None:
 
 
 def _release(state: CellState, job: Job, at: int) -> None:
-    """Frees the job's GPUs and quota; the running period it ends at `at` counts as service received, uses up a
-    starvation promotion and sets when the next is due (STARVE_FACTOR times as long as the job has run)."""
-    if job.running_since is not None:
-        job.attained_gpu_ms = job.attained(at)
-        job.promoted = False
-        job.promote_at = at + STARVE_FACTOR * (job.attained_gpu_ms // max(1, job.gpus))
-    if job.promote_at is not None and not job.promoted:
-        heappush(state.promotions, (job.promote_at, job.job_id))
+    """Frees the job's GPUs and quota; the running period it ends at `at` counts as service received."""
+    job.attained_gpu_ms = job.attained(at)
     _unhold(state, job)
     if job.holds_capacity:
         key = (job.team, job.gpu_type)
@@ -200,19 +193,6 @@ def _tick(state: CellState, e: m.Tick, offset: int) -> None:
         state.dirty.add(f"job/{job_id}")
         state.dirty.add(f"retired/{(len(state.retired_order) - 1) // RETIRED_PER_ROW:09d}")
     state.ending.clear()
-    promote(state)
-
-
-def promote(state: CellState) -> None:
-    """Waiting jobs whose starvation promotion is due return to the first band (regrouped: the band is a need)."""
-    due = state.promotions
-    while due and due[0][0] <= state.now:
-        at, job_id = heappop(due)
-        job = state.jobs.get(job_id)
-        if job is not None and job.promote_at == at and job.state is JobState.QUEUED and not job.promoted:
-            job.promoted = True
-            state.set_state(job, JobState.QUEUED)
-            state.dirty.add(f"job/{job_id}")
 
 
 # --- configuration ---------------------------------------------------------------------------

@@ -35,12 +35,6 @@ FIRST_BAND_GPU_MS = 3_600_000
 LAST_BAND = 4
 
 
-#: Starvation promotion (Tiresias): a job that has run and waits again returns to the first band once it has
-#: waited STARVE_FACTOR times as long as it ran, and keeps it through its next running period, so time-sharing
-#: delays a long job by at most that much before it runs on.
-STARVE_FACTOR = 1
-
-
 def service_band(gpu_ms: int) -> int:
     """The least-attained-service band of a job that has received `gpu_ms` GPU-milliseconds."""
     band, limit = 0, FIRST_BAND_GPU_MS
@@ -100,8 +94,6 @@ class Job:
     hold_until: int | None = None
     yielded_to: tuple[str, ...] = ()  # gangs it was preempted for, so none preempts it twice
     attained_gpu_ms: int = 0  # GPU-time its finished running periods received (least-attained-service order)
-    promote_at: int | None = None  # when it returns to the first band if it still waits (STARVE_FACTOR)
-    promoted: bool = False  # in the first band until its next running period ends
     ended_at: int | None = None
     history: list[tuple[int, int, str, str]] = field(default_factory=list)  # (offset, at, event type, reason)
 
@@ -145,14 +137,8 @@ class Job:
 
     @property
     def service_band(self) -> int:
-        """Its least-attained-service band by its finished running periods (fixed while it waits; the first once
-        promoted)."""
-        return 0 if self.promoted else service_band(self.attained_gpu_ms)
-
-    def band_at(self, now: int) -> int:
-        """Its band by the service received by `now`, its current running period included (the first once
-        promoted, until that period ends)."""
-        return 0 if self.promoted else service_band(self.attained(now))
+        """Its least-attained-service band by its finished running periods (fixed while it waits)."""
+        return service_band(self.attained_gpu_ms)
 
     def runtime_fraction(self) -> float | None:
         """The share of its time limit a job that succeeded on its first attempt ran (from its first worker's

@@ -7,7 +7,6 @@ cell itself, so a projection store can write just the rows an event batch change
 from __future__ import annotations
 
 import dataclasses
-import heapq
 import json
 from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
@@ -148,8 +147,6 @@ def restore(stored: Mapping[str, bytes]) -> CellState:
             job = _restore_job(json.loads(stored[key]))
             state.jobs[name] = job
             state.set_state(job, job.state)
-            if job.promote_at is not None and not job.promoted:
-                heapq.heappush(state.promotions, (job.promote_at, name))
             if job.has_hold:
                 state.holds.add(name)
                 held = (job.team, job.gpu_type)

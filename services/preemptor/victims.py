@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING
 
 from events.models import PreemptionRule, Reason
 from projections.cell import CellState
-from projections.jobs import LAST_BAND, Job, JobState
+from projections.jobs import LAST_BAND, Job, JobState, service_band
 
 if TYPE_CHECKING:  # the knobs are a value the caller passes in
     from services.preemptor.policy import PreemptionPolicy
@@ -75,7 +75,7 @@ def borrowing_teams(state: CellState, job: Job, usage: Usage) -> set[str]:
 def time_shares(job: Job, victim: Job, time_share: str, now: int) -> bool:
     """Whether `victim` may yield its GPUs to `job` under `time_share`: it has received more GPU-time, by band."""
     return ((time_share == "Any" or (time_share == "WithinTeam" and victim.team == job.team))
-            and victim.priority <= job.priority and victim.band_at(now) > job.service_band)
+            and victim.priority <= job.priority and service_band(victim.attained(now)) > job.service_band)
 
 
 def category(job: Job, victim: Job, team_rules: Rules, within: bool, borrowing: set[str],
@@ -203,7 +203,7 @@ def _ranked(state: CellState, job: Job, policy: PreemptionPolicy, now: int, team
             continue
         # reclaim first, then priority, then time-sharing from the job that has received the most GPU-time
         rank = {Reason.RECLAIM_LENT_QUOTA: 0, Reason.HIGHER_PRIORITY: 1}.get(
-            reason, 2 + LAST_BAND - victim.band_at(now))
+            reason, 2 + LAST_BAND - service_band(victim.attained(now)))
         lost = lost_work_gpu_ms(victim, now) if policy.checkpoint_aware else 0
         started = -(victim.running_since or 0)  # without checkpoint awareness: newest first, as Kueue does
         out.append(((reason, rank, lost, started if not policy.checkpoint_aware else 0, -victim.held_gpus,

@@ -134,7 +134,6 @@ def check_preemption(state: CellState, request: m.PreemptionRequested, policy) -
     if request.envelope.reason is m.Reason.TIME_SHARED:  # least attained service: it has received more GPU-time
         assert policy.time_share == "Any" or (policy.time_share == "WithinTeam" and victim.team == beneficiary.team)
         assert victim.priority <= beneficiary.priority
-        assert not victim.promoted, f"{victim.job_id} was promoted for starving: it keeps its GPUs while it runs"
         band = service_band(victim.attained(request.envelope.at))
         assert band > beneficiary.service_band, f"{victim.job_id} time-shared for {beneficiary.job_id} without more GPU-time"
         return

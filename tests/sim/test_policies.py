@@ -170,11 +170,3 @@ def test_tiresias_lets_a_newcomer_preempt_the_job_that_has_received_the_most(tra
     assert kueue["solo-00001"] == 8 * H  # FIFO: it waits for the long job to end
     assert tiresias["solo-00001"] <= 10 * 60  # the long job checkpoints and yields within its grace
     assert tiresias["solo-00000"] >= H // 2  # and waits while the short one runs
-
-
-def test_tiresias_promotes_a_starving_job_after_waiting_as_long_as_it_ran(traces):
-    # an 8-GPU cell: a 10 h job runs 2 h, then a stream of 30 min jobs (each below its 16 GPU-hours) keeps it
-    # waiting; once it has waited as long as it ran it is back in the first band, runs again and keeps its GPUs
-    write_trace(traces, "solo", [(0, 10 * H, 8), *[(2 * H + k * H // 2, H // 2, 8) for k in range(24)]])
-    waits = queue_s(traces, "tiresias", 8)
-    assert 2 * H - 10 * 60 <= waits["solo-00000"] <= 2 * H + 20 * 60  # not the 12 h the stream lasts
