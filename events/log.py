@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
@@ -88,6 +89,11 @@ class ProducerFenced(RuntimeError):
     """Another process took this producer's transactional id: it owns the cell now, and this one must stop."""
 
 
+#: A send_offsets_to_transaction call's timeout, and how long past it the call is waited for before it is
+#: abandoned.
+SEND_OFFSETS_TIMEOUT_S = 30.0
+SEND_OFFSETS_GRACE_S = 5.0
+
 _FENCED = (KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH)
 
 
@@ -124,6 +130,7 @@ class EventProducer:
 
     def _start(self) -> None:
         self._producer = Producer(self._config)
+        self._abandoned = False
         # Fences any earlier producer with this id and aborts its open transaction at once.
         retrying(lambda: self._producer.init_transactions(30), attempts=60)
 
@@ -208,12 +215,37 @@ class EventProducer:
         try:
             yield self
             if consumer is not None and consumed:
-                self._producer.send_offsets_to_transaction(
-                    consumer.next_offsets(consumed), consumer.group_metadata(), 30)
+                self._send_offsets(consumer.next_offsets(consumed), consumer.group_metadata())
             self._commit()
         except BaseException:
             self._abort()
             raise
+
+    def _send_offsets(self, offsets: list[TopicPartition], group: object) -> None:
+        """send_offsets_to_transaction, given up on when it overstays its timeout: librdkafka can block in it for
+        good once the group coordinator's broker is gone (confluentinc/librdkafka#5456, #5511; seen here when a
+        broker was killed). The call runs on a thread of its own; abandoned, it raises a fatal error, so the
+        producer is made anew under the same transactional id, which fences the stuck one and aborts its
+        transaction: nothing of it is committed, and the batch is written again."""
+        timeout = SEND_OFFSETS_TIMEOUT_S
+        outcome: list[BaseException | None] = []
+
+        def call() -> None:
+            try:
+                self._producer.send_offsets_to_transaction(offsets, group, timeout)
+                outcome.append(None)
+            except BaseException as error:  # handed to the caller's thread
+                outcome.append(error)
+
+        worker = threading.Thread(target=call, name="send-offsets", daemon=True)
+        worker.start()
+        worker.join(timeout + SEND_OFFSETS_GRACE_S)
+        if not outcome:
+            self._abandoned = True  # its transaction API is busy for good: no abort, a new producer replaces it
+            raise KafkaException(KafkaError(KafkaError._TIMED_OUT, f"send_offsets_to_transaction did not return "
+                                            f"within {timeout + SEND_OFFSETS_GRACE_S:.0f} s", fatal=True))
+        if outcome[0] is not None:
+            raise outcome[0]
 
     def _commit(self, attempts: int = 6) -> None:
         """Commits, calling again while the broker says a retry may succeed (a coordinator moving, a timeout)."""
@@ -229,6 +261,8 @@ class EventProducer:
 
     def _abort(self) -> None:
         """Aborts the open transaction if the producer still can; a producer past saving is replaced by `write`."""
+        if self._abandoned:
+            return
         try:
             self._producer.abort_transaction(30)
         except KafkaException as failure:
