@@ -268,7 +268,6 @@ class _Planner:
                  quantile: float, detail: bool = True, queue: bool = True) -> None:
         self.state, self.policy, self.profiles = state, policy, profiles
         self.model, self.quantile = model, quantile
-        self.capacity: dict[str, int] = {}  # GPUs in service per type
         self.detail = detail  # count the GPUs held ahead of each gang (only the plan whose words are shown needs it)
         self.queue = queue  # gangs take room from those behind them; without, each sees only running work and
         # reservations (backfill's best case: the gangs ahead of it wait for bigger room than it needs)
@@ -310,9 +309,7 @@ class _Planner:
     def plan(self, job: Job) -> Planned:
         state, now = self.state, self.state.now
         need, gpu_type = job.min_gpus, job.gpu_type
-        capacity = self.capacity.get(gpu_type)
-        if capacity is None:
-            capacity = self.capacity[gpu_type] = state.cluster.capacity(gpu_type)
+        capacity = state.cluster.capacity(gpu_type)
         if need > capacity:
             return None, Basis.TOO_LARGE, f"needs {need} {gpu_type} GPUs; {capacity} are in service", (), 0
         if not state.tenancy.admissible(job.team, gpu_type, need, self.policy.admission.borrowing, {}).fits:

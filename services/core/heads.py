@@ -232,7 +232,6 @@ class Guard:
         self.admitted: list[tuple[Job, int]] = []
         self.admitted_ids: set[str] = set()
         self.team_heads: dict[str, Job | None] = {}
-        self.drains: dict[str, bool] = {}  # head id -> whether it may drain (may_drain)
         self.starts: dict[str, HeadStart] = {}
         self.running: dict[str, list[Release]] = {}  # GPU type -> releases of the work the folded state holds
 
@@ -255,11 +254,7 @@ class Guard:
         if team not in self.team_heads:
             self.team_heads[team] = team_head(self.state, team, self.admitted_ids, self.las)
         head = self.team_heads[team]
-        if head is None:
-            return None
-        if head.job_id not in self.drains:  # the cell's capacity is a walk over its nodes: once per head and cycle
-            self.drains[head.job_id] = may_drain(self.state, head, self.drain_share)
-        return head if self.drains[head.job_id] else None
+        return head if head is not None and may_drain(self.state, head, self.drain_share) else None
 
     def start(self, head: Job) -> HeadStart:
         start = self.starts.get(head.job_id)
