@@ -55,6 +55,9 @@ class CellState:
     runtimes: list[tuple[int, float]] = field(default_factory=list)
     #: keys of the snapshot rows changed since a store last saved them (see projections/snapshot.py)
     dirty: set[str] = field(default_factory=set, compare=False, repr=False)
+    #: False for a state no store saves (an audit's fold, the simulator's cell): `dirty` is then left empty,
+    #: which is a third of such a fold's time
+    tracks_rows: bool = field(default=True, compare=False, repr=False)
 
     def job(self, job_id: str) -> Job | None:
         return self.jobs.get(job_id)

@@ -81,6 +81,9 @@ def fold_assumed(state: CellState, event: m.Event) -> CellState:
 
 def _mark_dirty(state: CellState, event: m.Event) -> None:
     """Names the snapshot rows this event may have changed, for the projection store."""
+    if not state.tracks_rows:
+        state.cluster.changed.clear()
+        return
     dirty = state.dirty
     job_id = m.field_of(event, "job_id")
     if job_id is not None:
@@ -190,8 +193,9 @@ def _tick(state: CellState, e: m.Tick, offset: int) -> None:
             del state.runtimes[:-RUNTIME_HISTORY]
         state.retired.add(job_id)
         state.retired_order.append(job_id)
-        state.dirty.add(f"job/{job_id}")
-        state.dirty.add(f"retired/{(len(state.retired_order) - 1) // RETIRED_PER_ROW:09d}")
+        if state.tracks_rows:
+            state.dirty.add(f"job/{job_id}")
+            state.dirty.add(f"retired/{(len(state.retired_order) - 1) // RETIRED_PER_ROW:09d}")
     state.ending.clear()
 
 

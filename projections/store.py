@@ -47,7 +47,9 @@ class ProjectionStore:
         return self._db.get(f"extra/{name}".encode())
 
     def save(self, state: CellState, extra: Mapping[str, bytes] = {}, everything: bool = False) -> None:
-        """Writes the rows changed since the last save, the offset, and `extra`, atomically."""
+        """Writes the rows changed since the last save (every row for a state that does not track them), the
+        offset, and `extra`, atomically."""
+        everything = everything or not state.tracks_rows
         keys = all_keys(state) if everything else sorted(state.dirty | {CELL_KEY, TENANCY_KEY})
         batch = WriteBatch(raw_mode=True)
         for key, value in rows(state, keys):

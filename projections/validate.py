@@ -159,24 +159,23 @@ def _short(text: str) -> str:
 
 def _oversized(event: m.Event, max_name: int) -> str:
     """A field longer than the cell allows (ids and names; free text has a larger bound), or ''."""
-    envelope = event.envelope
+    envelope = event.envelope.__dict__
     for name in _ENVELOPE_TEXT:
-        value = getattr(envelope, name)
+        value = envelope[name]
         if value is not None and len(value) > max_name:
             return f"envelope.{name} is {len(value):,} characters, more than {max_name}"
     fields = event.__dict__
-    for name, kind in _text_fields(type(event)):
+    for name, is_text, free in _text_fields(type(event)):
         value = fields[name]
         if value is None:
             continue
-        if kind is str:
-            bound = MAX_DETAIL_LENGTH if name in _FREE_TEXT else max_name
+        bound = MAX_DETAIL_LENGTH if free else max_name
+        if is_text:
             if len(value) > bound:
                 return f"{name} is {len(value):,} characters, more than {bound}"
         elif len(value) > MAX_LABELS:
             return f"{name} has {len(value)} entries, more than {MAX_LABELS}"
         else:
-            bound = MAX_DETAIL_LENGTH if name in _FREE_TEXT else max_name
             for item in (value.items() if isinstance(value, dict) else ((v, "") for v in value)):
                 if any(isinstance(part, str) and len(part) > bound for part in item):
                     return f"{name} holds an entry longer than {bound} characters"
@@ -184,11 +183,12 @@ def _oversized(event: m.Event, max_name: int) -> str:
 
 
 _ENVELOPE_TEXT = ("event_id", "producer", "causation_id", "correlation_id", "policy_version")
-_TEXT_FIELDS: dict[type, tuple[tuple[str, type], ...]] = {}
+_TEXT_FIELDS: dict[type, tuple[tuple[str, bool, bool], ...]] = {}
 
 
-def _text_fields(kind: type) -> tuple[tuple[str, type], ...]:
-    """The fields of an event type that hold text: (name, str) or (name, list / dict) of text, computed once."""
+def _text_fields(kind: type) -> tuple[tuple[str, bool, bool], ...]:
+    """The fields of an event type that hold text, computed once: (name, whether it is one string rather than a
+    list or dict of them, whether it is free text)."""
     fields = _TEXT_FIELDS.get(kind)
     if fields is None:
         out = []
@@ -197,9 +197,9 @@ def _text_fields(kind: type) -> tuple[tuple[str, type], ...]:
             if name == "envelope":
                 continue
             if info.annotation in (str, str | None):
-                out.append((name, str))
+                out.append((name, True, name in _FREE_TEXT))
             elif "list[str]" in text or "dict[str, str]" in text:
-                out.append((name, list))
+                out.append((name, False, name in _FREE_TEXT))
         fields = _TEXT_FIELDS[kind] = tuple(out)
     return fields
 

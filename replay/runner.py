@@ -40,7 +40,7 @@ class VirtualCell:
     policy: Policy = DEFAULT_POLICY
     deciders: list[Decider] = field(default_factory=all_deciders)
     tick_ms: int = 10_000
-    state: CellState = field(default_factory=CellState)
+    state: CellState = field(default_factory=lambda: CellState(tracks_rows=False))
     log: list[m.Event] = field(default_factory=list)
     observers: list[Observer] = field(default_factory=list)
     side_observers: list[SideObserver] = field(default_factory=list)  # see the heartbeats, which the log does not

@@ -26,7 +26,7 @@ class CellView:
 
 def at(records: Sequence[tuple[int, m.Event]], cell: str) -> CellView:
     """Folds the records and describes the cell after the last of them."""
-    state = CellState()
+    state = CellState(tracks_rows=False)
     ended: dict[str, str] = {}  # ended jobs leave the state at the next Tick: their final states are kept here
     for offset, event in records:
         if isinstance(event, m.Tick):

@@ -60,7 +60,7 @@ class _Moment:
 
 def timeline(records: Sequence[tuple[int, m.Event]], job_id: str) -> tuple[Timeline, CellState]:
     """Folds `records` and tells the job's story; returns it with the folded state (for --why and estimates)."""
-    state = CellState()
+    state = CellState(tracks_rows=False)
     out = Timeline(job_id)
     causes: dict[str, m.Event] = {}  # what interruptions cite: failures, faults and exits, by event id
     requests: set[str] = set()  # event ids of the job's cancel requests, whose rejection is about it
