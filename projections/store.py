@@ -28,8 +28,7 @@ class ProjectionStore:
         """The stored state (its `offset` is the last folded event), or None for an empty store."""
         if self._db.get(CELL_KEY.encode()) is None:
             return None
-        stored = {key.decode(): value for key, value in self._db.items()
-                  if not key.startswith(b"extra/") and key != b"log"}
+        stored = {key.decode(): value for key, value in self._db.items() if _is_state_row(key)}
         return restore(stored)
 
     def bind(self, log: str) -> None:
@@ -47,11 +46,16 @@ class ProjectionStore:
         return self._db.get(f"extra/{name}".encode())
 
     def save(self, state: CellState, extra: Mapping[str, bytes] = {}, everything: bool = False) -> None:
-        """Writes the rows changed since the last save (every row for a state that does not track them), the
-        offset, and `extra`, atomically."""
-        everything = everything or not state.tracks_rows
-        keys = all_keys(state) if everything else sorted(state.dirty | {CELL_KEY, TENANCY_KEY})
+        """Writes the rows changed since the last save, the offset, and `extra`, atomically. With `everything`
+        (and for a state that does not track its changed rows) every row is written and the rows of what the
+        state no longer holds are deleted."""
         batch = WriteBatch(raw_mode=True)
+        if everything or not state.tracks_rows:
+            keys = all_keys(state)
+            for stale in sorted(self._state_keys() - set(keys)):
+                batch.delete(stale.encode())
+        else:
+            keys = sorted(state.dirty | {CELL_KEY, TENANCY_KEY})
         for key, value in rows(state, keys):
             if value is None:
                 batch.delete(key.encode())
@@ -62,5 +66,13 @@ class ProjectionStore:
         self._db.write(batch)
         state.dirty.clear()
 
+    def _state_keys(self) -> set[str]:
+        return {key.decode() for key in self._db.keys() if _is_state_row(key)}
+
     def close(self) -> None:
         self._db.close()
+
+
+def _is_state_row(key: bytes) -> bool:
+    """A row of the state, not the caller's extras nor the name of the log it was folded from."""
+    return not key.startswith(b"extra/") and key != b"log"

@@ -55,6 +55,19 @@ def test_a_restart_resumes_at_the_stored_offset_and_ends_equal(path: Path, tmp_p
     assert dump(resumed) == dump(rebuilt)
 
 
+@pytest.mark.parametrize("path", SCENARIOS[::5], ids=[p.stem for p in SCENARIOS[::5]])
+def test_a_state_that_tracks_no_rows_is_saved_whole(path: Path, tmp_path: Path) -> None:
+    untracked = CellState(tracks_rows=False)  # as an audit or the simulator folds
+    store = ProjectionStore(tmp_path / "db")
+    for offset, event in enumerate(recorded_log(path)):
+        evolve(untracked, event, offset)
+        if offset % 7 == 0:
+            store.save(untracked)
+    store.save(untracked)
+    assert not untracked.dirty
+    assert dump(store.load()) == dump(untracked)
+
+
 def test_an_empty_store_has_no_state(tmp_path: Path) -> None:
     assert ProjectionStore(tmp_path / "db").load() is None
 
