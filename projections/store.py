@@ -45,8 +45,18 @@ class ProjectionStore:
         """A row the caller saved beside the state (a service's assumed decisions, say)."""
         return self._db.get(f"extra/{name}".encode())
 
-    def save(self, state: CellState, extra: Mapping[str, bytes] = {}, everything: bool = False) -> None:
-        """Writes the rows changed since the last save, the offset, and `extra`, atomically. With `everything`
+    def extras(self, prefix: str) -> dict[str, bytes]:
+        """The caller's rows whose names start with `prefix`, by name."""
+        start = f"extra/{prefix}".encode()
+        found = {}
+        for key, value in self._db.items(from_key=start):
+            if not key.startswith(start):
+                break
+            found[key.decode().removeprefix("extra/")] = value
+        return found
+
+    def save(self, state: CellState, extra: Mapping[str, bytes | None] = {}, everything: bool = False) -> None:
+        """Writes the rows changed since the last save, the offset, and `extra` (None deletes a row), atomically. With `everything`
         (and for a state that does not track its changed rows) every row is written and the rows of what the
         state no longer holds are deleted."""
         batch = WriteBatch(raw_mode=True)
@@ -62,7 +72,10 @@ class ProjectionStore:
             else:
                 batch.put(key.encode(), value)
         for name, value in sorted(extra.items()):
-            batch.put(f"extra/{name}".encode(), value)
+            if value is None:
+                batch.delete(f"extra/{name}".encode())
+            else:
+                batch.put(f"extra/{name}".encode(), value)
         self._db.write(batch)
         state.dirty.clear()
 

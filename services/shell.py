@@ -51,8 +51,10 @@ log = logging.getLogger("gangway.shell")
 #: The store is saved at most this often (and when a cell is given up or the service stops): a restart re-reads
 #: what came after, silently. Each save lifts the decisions in flight off the state and costs a write batch.
 SAVE_EVERY_S = 2.0
-#: How many jobs' trace contexts a shell remembers (the oldest are forgotten first).
+#: How many jobs' trace contexts a shell remembers per cell (the oldest are forgotten first).
 TRACED_JOBS = 100_000
+#: The store's rows of trace contexts: `trace/<job>` holds the job's latest traceparent.
+TRACE_ROW = "trace/"
 
 
 @dataclass
@@ -82,6 +84,11 @@ class CellRuntime:
     saved_at: float = 0.0  # when the store was last saved (monotonic seconds)
     unsaved: bool = False  # records folded since then
     written_to: int = 0  # offset after the last batch whose decisions were committed
+    #: job -> traceparent of its latest traced record: its next decisions join that trace. Saved with the state
+    #: (one row per job, the changed ones each save), so a restarted service goes on in the same traces.
+    traces: dict[str, str] = field(default_factory=dict)
+    traces_changed: set[str] = field(default_factory=set)
+    retired_seen: int = 0  # how many of the state's retired jobs have had their trace contexts dropped
 
 
 class ServiceShell:
@@ -93,7 +100,6 @@ class ServiceShell:
         self.decider, self.policy = decider, policy
         self.principal = service_principal(decider.name)
         self.tracer = tracer or Tracer(decider.name)
-        self.job_traces: dict[str, str] = {}  # job -> traceparent of its latest traced record
         self.bootstrap, self.topics, self.cells = bootstrap_servers, topics, tuple(cells)
         self.data_dir, self.batch_size = Path(data_dir), batch_size
         self.runtimes: dict[int, CellRuntime] = {}
@@ -145,7 +151,10 @@ class ServiceShell:
         producer = EventProducer(self.bootstrap, f"{self.name_prefix}gangway-{self.decider.name}-{cell}",
                                  self.topics, self.cells, principal=self.principal)
         runtime = CellRuntime(cell, partition, replica, store, producer,
-                              heartbeat_offset=side.get("offset", OFFSET_BEGINNING))
+                              heartbeat_offset=side.get("offset", OFFSET_BEGINNING),
+                              traces={job.removeprefix(TRACE_ROW): parent.decode()
+                                      for job, parent in store.extras(TRACE_ROW).items()},
+                              retired_seen=len(state.retired_order))
         self.runtimes[partition] = runtime
         if self.decider.side_input:
             self._catch_up_side_input(runtime)
@@ -259,7 +268,7 @@ class ServiceShell:
                 continue
             decisions = replica.consume(record.offset, record.event)
             if self.tracer.on:
-                self._remember_trace(record)
+                self._remember_trace(runtime, record)
             if fresh:
                 output.extend(decisions)
                 for decision in decisions:
@@ -269,7 +278,7 @@ class ServiceShell:
                         letters.append(record.dead_letter(self.decider.name, replica.state.now,
                                                           reason=f"{Reason.NOT_ITS_WRITER}: {decision.detail}"))
                 if decisions and self.tracer.on:
-                    self._trace(replica, record, decisions, headers)
+                    self._trace(runtime, record, decisions, headers)
         consumed = records + side
         clock = self._lap("decide", clock)
         if output or letters:
@@ -287,23 +296,21 @@ class ServiceShell:
         self._lap("commit", clock)
         runtime.unsaved = runtime.unsaved or bool(consumed)
 
-    def _remember_trace(self, record: LogRecord) -> None:
+    def _remember_trace(self, runtime: CellRuntime, record: LogRecord) -> None:
         """The latest traceparent seen on a record about a job: later decisions about it join that trace."""
         job = m.field_of(record.event, "job_id")
         parent = record.header("traceparent") if job is not None else None
         if parent:
-            self.job_traces.pop(job, None)
-            self.job_traces[job] = parent
-            if len(self.job_traces) > TRACED_JOBS:
-                del self.job_traces[next(iter(self.job_traces))]
+            _set_trace(runtime, job, parent)
 
-    def _trace(self, replica: Replica, record: LogRecord, decisions: list[Decision],
+    def _trace(self, runtime: CellRuntime, record: LogRecord, decisions: list[Decision],
                headers: dict[str, list[tuple[str, str]]]) -> None:
         """One span per decision, in its job's trace (else the trigger's), linked to the triggering record."""
+        replica = runtime.replica
         trigger = record.header("traceparent")
         for decision in decisions:
             job = m.field_of(decision, "job_id")
-            parent = self.job_traces.get(job) if job is not None else None
+            parent = runtime.traces.get(job) if job is not None else None
             parent = parent or trigger
             if parent is None:
                 continue  # nothing traced set it off
@@ -318,14 +325,24 @@ class ServiceShell:
                                               "event_id": envelope.event_id}) as span:
                 headers[envelope.event_id] = [("traceparent", span.traceparent)]
             if job is not None:
-                self.job_traces.pop(job, None)
-                self.job_traces[job] = span.traceparent
+                _set_trace(runtime, job, span.traceparent)
 
-    def _extra(self, runtime: CellRuntime) -> dict[str, bytes]:
-        """What the replica keeps besides its state: its decisions in flight and, for side input, its view
-        and the side topic's position, saved in the same write batch as the state."""
+    def _extra(self, runtime: CellRuntime) -> dict[str, bytes | None]:
+        """What the replica keeps besides its state, saved in the same write batch: its decisions in flight, the
+        trace contexts that changed (None deletes a job's row) and, for side input, its view and the side
+        topic's position."""
         replica = runtime.replica
-        extra = {"assumed": _blob_list([self.codec.encode(d) for d in replica.assumed.values()])}
+        extra: dict[str, bytes | None] = {
+            "assumed": _blob_list([self.codec.encode(d) for d in replica.assumed.values()])}
+        retired = replica.state.retired_order
+        for job in retired[runtime.retired_seen:]:  # jobs that left the state: no decision about them follows
+            if runtime.traces.pop(job, None) is not None:
+                runtime.traces_changed.add(job)
+        runtime.retired_seen = len(retired)
+        for job in sorted(runtime.traces_changed):
+            parent = runtime.traces.get(job)
+            extra[TRACE_ROW + job] = parent.encode() if parent is not None else None
+        runtime.traces_changed.clear()
         if self.decider.side_input:
             extra["side"] = json.dumps({"heartbeats": replica.heartbeats, "pending": replica.pending_heartbeats,
                                         "offset": runtime.heartbeat_offset}, sort_keys=True).encode()
@@ -335,6 +352,18 @@ class ServiceShell:
         now = time.perf_counter()
         self.timings.seconds[phase] += now - since
         return now
+
+
+def _set_trace(runtime: CellRuntime, job: str, parent: str) -> None:
+    """Makes `parent` the job's latest trace context, forgetting the least recently traced job beyond the bound."""
+    traces = runtime.traces
+    traces.pop(job, None)
+    traces[job] = parent
+    runtime.traces_changed.add(job)
+    if len(traces) > TRACED_JOBS:
+        oldest = next(iter(traces))
+        del traces[oldest]
+        runtime.traces_changed.add(oldest)
 
 
 def _blob_list(blobs: list[bytes]) -> bytes:

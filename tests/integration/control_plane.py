@@ -66,6 +66,11 @@ class ControlPlane:
         self.processes[name].send_signal(signal.SIGKILL)
         self.processes[name].wait(30)
 
+    def stop(self, name: str) -> int:
+        """SIGTERM, as an operator stops a service: it saves its state and leaves its group."""
+        self.processes[name].send_signal(signal.SIGTERM)
+        return self.processes[name].wait(60)
+
     def stop_all(self) -> dict[str, int]:
         """SIGTERM to every process and their exit codes. One that does not stop within a minute is asked where
         it is stuck (SIGUSR1: its stacks go to its log), killed, and the test fails with that log's tail."""

@@ -243,3 +243,47 @@ def test_one_submission_is_one_connected_trace_across_processes(kafka_bootstrap,
     finally:
         codes = plane.stop_all()
     assert all(code in (0, -15) for code in codes.values()), (codes, plane.tails())
+
+
+def test_a_restarted_service_goes_on_in_the_jobs_trace(kafka_bootstrap, gangway_topics, tmp_path: Path, monkeypatch):
+    """The trace contexts are saved with the state: a decision made after a restart, set off by a record of
+    another trace, still joins the trace of the job it is about."""
+    monkeypatch.setenv("GANGWAY_TRACE_FILE", str(tmp_path / "traces.jsonl"))
+    plane = ControlPlane(kafka_bootstrap, tmp_path)
+    for service in ("admitter", "placer", "intake"):
+        plane.start(service)
+    plane.command("fleet", "fleet", "--nodes", "4", "--nodes-per-rack", "2", "--heartbeat-every", "1h")
+    team = {"kind": "Team", "metadata": {"name": "nlp"}, "spec": {"quotas": {"H100": 16}}}
+    gang = {"workers": 2, "gpus_per_worker": 8, "gpu_type": "H100", "command": ["true"]}
+    try:
+        with Client(kafka_bootstrap) as client:
+            deadline = time.monotonic() + 60
+            while len(client.nodes()) < 4:
+                assert time.monotonic() < deadline, plane.tails()
+                time.sleep(0.3)
+            client.apply([parse_document(team, "team")])
+            client.submit({"kind": "Job", "metadata": {"name": "first", "team": "nlp"}, "spec": gang})
+            client.wait("first", until="placed", timeout=60)
+            client.submit({"kind": "Job", "metadata": {"name": "traced", "team": "nlp"}, "spec": gang})
+            client.wait("traced", until=lambda j: j.state == "queued", timeout=60)  # over the team's quota
+            assert plane.stop("admitter") == 0
+            plane.start("admitter")
+            team["spec"]["quotas"]["H100"] = 32  # the operator's change lets it in: a record of another trace
+            client.apply([parse_document(team, "team")])
+            client.wait("traced", until="placed", timeout=60)
+        deadline, admitted = time.monotonic() + 60, []
+        while time.monotonic() < deadline and not admitted:
+            spans = read_spans(tmp_path / "traces.jsonl")
+            admitted = [s for s in spans if s["name"] == "admitter JobAdmitted"
+                        and s["attributes"].get("job") == "traced"]
+            time.sleep(0.5)
+        assert admitted, plane.tails()
+        traces = job_traces("traced", spans)
+        trace = traces[admitted[0]["trace_id"]]
+        ids = {s["span_id"] for s in trace}
+        assert [s["name"] for s in trace if s["parent_id"] not in ids] == ["submit traced"]
+        pids = {s["pid"] for s in trace if s["service"] == "gangway-admitter"}
+        assert len(pids) == 2  # the admitter before the restart queued it, the one after admitted it
+    finally:
+        codes = plane.stop_all()
+    assert all(code in (0, -15) for code in codes.values()), (codes, plane.tails())

@@ -80,6 +80,14 @@ def test_extra_rows_are_saved_with_the_state(tmp_path: Path) -> None:
     assert store.load().offset == 41
 
 
+def test_extra_rows_by_prefix_and_deleted_with_none(tmp_path: Path) -> None:
+    store = ProjectionStore(tmp_path / "db")
+    store.save(CellState(cell="cell-a", offset=1), extra={"trace/a": b"00-1", "trace/b": b"00-2", "side": b"{}"})
+    store.save(CellState(cell="cell-a", offset=2), extra={"trace/a": None, "trace/c": b"00-3"})
+    assert store.extras("trace/") == {"trace/b": b"00-2", "trace/c": b"00-3"}
+    assert store.extra("side") == b"{}"
+
+
 def test_every_field_of_jobs_and_nodes_is_stored():
     """A field added to Job or Node is saved and restored without touching the snapshot code."""
     from dataclasses import fields
