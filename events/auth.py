@@ -218,7 +218,7 @@ def grants(principal: str, topic_prefix: str = "", name_prefix: str = "") -> tup
         return (Grant("topic", inputs, "read", True), Grant("topic", inputs, "describe", True),
                 Grant("topic", t.events, "write"), Grant("topic", t.heartbeats, "write"),
                 Grant("topic", t.deadletter, "write"), Grant("group", f"{n}gangway-intake", "read"),
-                Grant("transactional_id", f"{n}gangway-intake", "write"))
+                Grant("transactional_id", f"{n}gangway-intake", "write", True))  # each replica its own id
     if kind == "service":
         return (Grant("topic", t.events, "read"), Grant("topic", t.events, "write"),
                 Grant("topic", t.heartbeats, "read"), Grant("topic", t.deadletter, "write"),

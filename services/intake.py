@@ -36,6 +36,9 @@ from services.stop import StopRequest
 log = logging.getLogger("gangway.intake")
 
 NAME = "intake"
+REPLICA_NAME = re.compile(r"[a-z0-9][a-z0-9-]{0,31}")
+#: Fenced twice within this many seconds, an intake stops: another one runs under its name.
+REFENCED_WITHIN_S = 60.0
 
 
 def take_in(topics: TopicNames, cells: Sequence[str], record: LogRecord) -> tuple[m.Event | None, str]:
@@ -59,36 +62,58 @@ def take_in(topics: TopicNames, cells: Sequence[str], record: LogRecord) -> tupl
 
 
 class Intake:
-    """One intake process: every input topic, one transactional id (a second intake fences the first)."""
+    """One intake replica. Replicas share the input topics through their consumer group, so when one stops
+    another takes over what it read. Each has a transactional id of its own (`gangway-intake`, or
+    `gangway-intake-<replica>`): the same replica restarted fences what it left open, and one the group has
+    moved on from is fenced by the group's generation when it commits (KIP-447), so nothing is taken in twice."""
 
     def __init__(self, bootstrap: str, topics: TopicNames, cells: Sequence[str], name_prefix: str = "",
-                 batch_size: int = 500, tracer: Tracer | None = None) -> None:
+                 batch_size: int = 500, tracer: Tracer | None = None, replica: str = "") -> None:
+        if replica and not REPLICA_NAME.fullmatch(replica):
+            raise ValueError(f"intake replica name {replica[:40]!r}: use 1-32 of a-z, 0-9 and '-'")
         self.topics, self.cells = topics, tuple(cells)
         self.batch_size = batch_size
         self.codec = EventCodec()
         self.tracer = tracer or Tracer(NAME)
         principal = service_principal(NAME)
-        # New input topics (a new team or node) are found within a second.
+        # New input topics (a new team or node) are found within a second. Each has one partition: round robin
+        # deals them out among the replicas (the range assignor would give every partition 0 to one of them).
         self.consumer = EventConsumer(bootstrap, f"{name_prefix}gangway-{NAME}", topics, cells, principal=principal,
-                                      **{"topic.metadata.refresh.interval.ms": 1000})
+                                      **{"topic.metadata.refresh.interval.ms": 1000,
+                                         "partition.assignment.strategy": "roundrobin"})
         self.consumer.subscribe([f"^{re.escape(topics.inputs)}.*"], lambda c, ps: c.assign(ps),
                                 lambda c, ps: None)
-        self.producer = EventProducer(bootstrap, f"{name_prefix}gangway-{NAME}", topics, cells, principal=principal)
+        self.transactional_id = f"{name_prefix}gangway-{NAME}" + (f"-{replica}" if replica else "")
+        self._producer = lambda: EventProducer(bootstrap, self.transactional_id, topics, cells, principal=principal)
+        self.producer = self._producer()
+        self.fenced_at = -REFENCED_WITHIN_S
         self.taken = self.refused = 0
 
-    def run(self, max_polls: int | None = None, stop: StopRequest | None = None) -> None:
+    def run(self, max_polls: int | None = None, stop: StopRequest | None = None) -> int:
         """Takes input in until stopped (SIGTERM / SIGINT, or `stop` if the caller listens already) or
-        `max_polls` polls."""
+        `max_polls` polls: 0. Fenced for good (another intake runs under this one's name): 1."""
         stop = stop or StopRequest.listen()
         polls = 0
         try:
             while not stop.asked and (max_polls is None or polls < max_polls):
                 try:
                     self.poll_once()
-                except (KafkaException, ProducerFenced) as error:
+                except ProducerFenced as error:
+                    # A coordinator's failover can fence a producer once: a new one takes the id back. Fenced
+                    # again soon after, another intake runs under this one's name and the two would take turns.
+                    if time.monotonic() - self.fenced_at < REFENCED_WITHIN_S:
+                        log.error("another intake runs as %s and fenced this one (%s): stopping; give each intake "
+                                  "its own --replica name", self.transactional_id, error)
+                        return 1
+                    log.warning("intake fenced (%s); taking its transactional id back", error)
+                    self.fenced_at = time.monotonic()
+                    self.producer = self._producer()
+                    self._rewind()
+                except KafkaException as error:
                     log.warning("intake batch not committed (%s); reading it again", error)
                     self._rewind()
                 polls += 1
+            return 0
         finally:
             self.consumer.close()
             self.producer.flush()

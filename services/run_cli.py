@@ -17,7 +17,7 @@ from events.clock import VirtualClock, epoch_from_env, run_clock
 from events.topics import cells_from_env, topic_names, topic_prefix
 from projections.store import StoreMismatch
 from services.admitter.decide import Admitter
-from services.intake import Intake
+from services.intake import REPLICA_NAME, Intake
 from services.placer.decide import Placer
 from services.policies import UnknownPolicy, resolve
 from services.preemptor.decide import Preemptor
@@ -41,6 +41,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--policy", default="gangway",
                         help="the policy the services decide under: a name (gangway, fifo, static, kueue-like, "
                              "backfill) or a recorded version such as gangway-2+admission.backfill=false")
+    parser.add_argument("--replica", default="",
+                        help="intake: a name for one more intake (e.g. b); intakes share the input topics and one "
+                             "takes over what a stopped one read (default: the unnamed intake)")
     parser.add_argument("--tick-interval", type=float, default=1.0, help="clock: seconds between ticks")
     parser.add_argument("--speedup", type=float, default=1.0, help="clock: event time runs this many times faster")
     parser.add_argument("--epoch", type=float, default=epoch_from_env(),
@@ -55,6 +58,10 @@ def run(args: argparse.Namespace) -> int:
     faulthandler.register(signal.SIGUSR1)  # `kill -USR1 <pid>` prints where every thread is, for a stuck service
     cells = tuple(c.strip() for c in args.cells.split(",") if c.strip())
     topics = topic_names()
+    if args.replica and (args.service != "intake" or not REPLICA_NAME.fullmatch(args.replica)):
+        print(f"gangway run {args.service}: --replica names an intake: 1-32 of a-z, 0-9 and '-' "
+              f"(services share their cells through their consumer groups without one)", file=sys.stderr)
+        return 1
     if args.service == "all":
         return _run_all(args)
     stop = StopRequest.listen()  # before anything starts: a stop while starting is a clean exit
@@ -64,8 +71,8 @@ def run(args: argparse.Namespace) -> int:
                       VirtualClock.anchored(args.speedup, args.epoch))
             return 0
         if args.service == "intake":
-            Intake(args.bootstrap_servers, topics, cells, name_prefix=topic_prefix()).run(stop=stop)
-            return 0
+            return Intake(args.bootstrap_servers, topics, cells, name_prefix=topic_prefix(),
+                          replica=args.replica).run(stop=stop)
     except AuthError as error:
         print(f"gangway run {args.service}: {error}", file=sys.stderr)
         return 1

@@ -12,6 +12,7 @@ Phase 2 (a fresh cell and topics) submits 2,000 gangs as fast as one producer ca
 gangs placed per second from the first submission to the last placement.
 
     python3 tests/benchmarks/bench_control_plane.py [--rate 200] [--seconds 10] [--burst 2000] [--direct]
+                                                    [--brokers 1|3]
 """
 
 from __future__ import annotations
@@ -125,6 +126,8 @@ def main() -> int:
     parser.add_argument("--seconds", type=float, default=10.0)
     parser.add_argument("--burst", type=int, default=2000)
     parser.add_argument("--bootstrap-servers", default=None)
+    parser.add_argument("--brokers", type=int, choices=(1, 3), default=1,
+                        help="the local cluster's size: 3 replicates every topic three times, min.insync.replicas 2")
     parser.add_argument("--direct", action="store_true",
                         help="write submissions straight onto the cell's log instead of the team's input topic")
     args = parser.parse_args()
@@ -133,7 +136,8 @@ def main() -> int:
         kafka = None
         bootstrap = args.bootstrap_servers
         if bootstrap is None:
-            kafka = LocalKafka(data_dir=Path(scratch) / "kafka", port=find_free_base_port(2))
+            kafka = LocalKafka(data_dir=Path(scratch) / "kafka", nodes=args.brokers,
+                               port=find_free_base_port(2 * args.brokers))
             bootstrap = kafka.start()
             use_admin_of(kafka)
         try:

@@ -5,7 +5,6 @@ record is dead-lettered with its reason and never folded. And one submission is 
 
 from __future__ import annotations
 
-import os
 import time
 import uuid
 from pathlib import Path
@@ -14,7 +13,7 @@ import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
 
 from events import models as m
-from events.auth import Credentials, add_principals, agent_principal, client_config, team_principal
+from events.auth import Credentials, agent_principal, client_config, team_principal
 from events.broker import quiet_logger
 from events.codec import EventCodec
 from events.launcher.spec import parse_document
@@ -26,22 +25,6 @@ from services.launcher import Client
 from tests.integration.control_plane import ControlPlane, Operator, read_log
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
-
-
-@pytest.fixture
-def principals(kafka_bootstrap, topic_prefix):
-    """Makes principals with their ACLs on this test's topics; returns their credentials by name."""
-    data_dir = os.environ.get("GANGWAY_TEST_KAFKA_DATA")
-    if not data_dir:
-        pytest.fail("the tenancy tests need the local broker with SASL and ACLs that the suite starts itself: unset "
-                    "$KAFKA_BOOTSTRAP_SERVERS and set GANGWAY_TEST_KAFKA=local", pytrace=False)
-
-    def make(*names: str) -> dict[str, Credentials]:
-        entries = add_principals(kafka_bootstrap, names, topic_prefix=topic_prefix, name_prefix=topic_prefix,
-                                 data_dir=Path(data_dir))
-        return {name: Credentials(name, entry["password"]) for name, entry in entries.items()}
-
-    return make
 
 
 def refused_write(bootstrap: str, who: Credentials, topic: str, value: bytes = b"x") -> KafkaError | None:

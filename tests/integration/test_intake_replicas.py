@@ -1,0 +1,140 @@
+"""Two intakes share the input topics, each as the intake's principal on the real broker: kill -9 one while teams
+submit and the other takes in what it read; every submission reaches the cell's log exactly once."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from confluent_kafka import KafkaException, Producer
+from confluent_kafka.admin import AdminClient
+
+from events import models as m
+from events.auth import Credentials, client_config, service_principal, team_principal
+from events.broker import quiet_logger
+from events.codec import EventCodec
+from events.log import ensure_input_topic
+from events.submission import job_submitted
+from tests.integration.control_plane import ControlPlane, read_log
+
+pytestmark = [pytest.mark.kafka, pytest.mark.slow]
+
+TEAMS = ("nlp", "vision", "speech", "rl")
+
+
+def submit(bootstrap: str, who: Credentials | None, topic: str, team: str, jobs: list[str], per_second: float = 0) -> None:
+    """Team `team` submits `jobs` on its input topic, at `per_second` (0: at once)."""
+    codec = EventCodec()
+    producer = Producer({**client_config(bootstrap, who), "logger": quiet_logger(), "enable.idempotence": True})
+    for job in jobs:
+        at = int(time.time() * 1000)
+        event = job_submitted(job, team, 1, 1, "H100", cell="cell-a", at=at, event_id=f"launcher/{team}/{job}@{at}")
+        producer.produce(topic, value=codec.encode(event), partition=0)
+        producer.poll(0)
+        if per_second:
+            time.sleep(1 / per_second)
+    assert producer.flush(30) == 0
+
+
+def group_assignment(bootstrap: str, group: str) -> list[int]:
+    """How many input partitions each member of the group holds."""
+    admin = AdminClient(client_config(bootstrap, logger=quiet_logger()))
+    try:
+        described = admin.describe_consumer_groups([group])[group].result(timeout=10)
+    except KafkaException:  # the group's coordinator is still being found
+        return []
+    return sorted(len(member.assignment.topic_partitions) for member in described.members)
+
+
+def test_a_second_intake_takes_over_and_nothing_is_taken_in_twice(kafka_bootstrap, gangway_topics, topic_prefix,
+                                                                  principals, tmp_path: Path, monkeypatch):
+    topics = gangway_topics
+    who = principals(*map(team_principal, TEAMS), service_principal("intake"))
+    for team in TEAMS:
+        ensure_input_topic(kafka_bootstrap, who[team_principal(team)], topics.team_input(team))
+    plane = ControlPlane(kafka_bootstrap, tmp_path)
+    intake = who[service_principal("intake")]
+    admin = (os.environ.get("GANGWAY_KAFKA_USER"), os.environ.get("GANGWAY_KAFKA_PASSWORD"))
+    monkeypatch.setenv("GANGWAY_KAFKA_USER", intake.user)  # the processes run as the intake, under its ACLs
+    monkeypatch.setenv("GANGWAY_KAFKA_PASSWORD", intake.password)
+    plane.command("intake", "run", "intake", "-v")
+    plane.command("intake-b", "run", "intake", "--replica", "b", "-v")
+    for name, value in zip(("GANGWAY_KAFKA_USER", "GANGWAY_KAFKA_PASSWORD"), admin, strict=True):
+        if value is None:
+            monkeypatch.delenv(name, raising=False)
+        else:
+            monkeypatch.setenv(name, value)
+    group = f"{topic_prefix}gangway-intake"
+    try:
+        deadline = time.monotonic() + 60
+        while (seen := group_assignment(kafka_bootstrap, group)) != [2, 2]:  # four team topics, two intakes
+            assert time.monotonic() < deadline, (seen, plane.tails())
+            time.sleep(0.5)
+        first = {team: [f"{team}-{i}" for i in range(10)] for team in TEAMS}
+        for team, jobs in first.items():
+            submit(kafka_bootstrap, who[team_principal(team)], topics.team_input(team), team, jobs)
+
+        later = {team: [f"{team}-{i}" for i in range(10, 40)] for team in TEAMS}
+        writers = [threading.Thread(target=submit, args=(kafka_bootstrap, who[team_principal(team)],
+                                                         topics.team_input(team), team, jobs, 10.0))
+                   for team, jobs in later.items()]
+        for writer in writers:
+            writer.start()
+        time.sleep(1.0)
+        plane.kill("intake")  # mid-stream: whatever it had open is aborted, what it read is read again
+        for writer in writers:
+            writer.join(60)
+
+        expected = {job for jobs in (*first.values(), *later.values()) for job in jobs}
+        logged = read_log(kafka_bootstrap, topics, timeout=90, until=lambda events: expected <= {
+            e.job_id for e in events if isinstance(e, m.JobSubmitted)})
+        taken = Counter(e.job_id for _, e in logged if isinstance(e, m.JobSubmitted))
+        assert set(taken) == expected, (len(set(taken)), len(expected), plane.tails())
+        assert set(taken.values()) == {1}, [job for job, n in taken.items() if n > 1]  # none taken in twice
+        origins = Counter((e.envelope.origin, e.envelope.origin_offset) for _, e in logged
+                          if isinstance(e, m.JobSubmitted))
+        assert set(origins.values()) == {1} and len(origins) == len(expected)
+        assert group_assignment(kafka_bootstrap, group) == [4]  # the one left reads every team's topic
+        # Each replica commits under its own transactional id: neither fenced the other.
+        for name in ("intake", "intake-b"):
+            assert "fenced" not in (tmp_path / f"{name}.log").read_text(), plane.tails(30)
+    finally:
+        codes = plane.stop_all()
+    assert codes["intake"] == -9 and codes["intake-b"] == 0, (codes, plane.tails())
+
+
+def test_two_intakes_under_one_name_do_not_take_turns(kafka_bootstrap, gangway_topics, tmp_path: Path):
+    """A second intake started under the same name (no --replica) fences the first; instead of fencing each other
+    in turn, the one fenced twice stops and says why, and the other takes everything in once."""
+    topics = gangway_topics
+    plane = ControlPlane(kafka_bootstrap, tmp_path)
+    plane.command("intake", "run", "intake", "-v")
+    plane.command("intake-again", "run", "intake", "-v")
+    jobs = {team: [f"{team}-{i}" for i in range(40)] for team in TEAMS}
+    try:
+        writers = [threading.Thread(target=submit, args=(kafka_bootstrap, None, topics.team_input(team), team,
+                                                         team_jobs, 5.0))
+                   for team, team_jobs in jobs.items()]
+        for writer in writers:
+            writer.start()
+        for writer in writers:
+            writer.join(60)
+        expected = {job for team_jobs in jobs.values() for job in team_jobs}
+        logged = read_log(kafka_bootstrap, topics, timeout=90, until=lambda events: expected <= {
+            e.job_id for e in events if isinstance(e, m.JobSubmitted)})
+        taken = Counter(e.job_id for _, e in logged if isinstance(e, m.JobSubmitted))
+        assert set(taken) == expected and set(taken.values()) == {1}, plane.tails()
+        deadline = time.monotonic() + 60
+        while all(p.poll() is None for p in plane.processes.values()):
+            assert time.monotonic() < deadline, plane.tails()
+            time.sleep(0.5)
+        stopped = next(name for name, p in plane.processes.items() if p.poll() is not None)
+        assert plane.processes[stopped].returncode == 1
+        assert "another intake runs as" in (tmp_path / f"{stopped}.log").read_text()
+    finally:
+        codes = plane.stop_all()
+    assert sorted(codes.values()) == [0, 1], (codes, plane.tails())
