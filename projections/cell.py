@@ -53,6 +53,9 @@ class CellState:
     #: (submit offset, runtime fraction) of the latest-submitted retired jobs that have one (Job.runtime_fraction),
     #: at most RUNTIME_HISTORY: what the start-time forecast learns from once the jobs have left.
     runtimes: list[tuple[int, float]] = field(default_factory=list)
+    #: How many retired jobs succeeded, the sum of the GPU-ms they received and of its squares: how much the
+    #: service jobs need varies, which tells whether least attained service pays (services/core/queue.py)
+    service_sums: tuple[int, int, int] = (0, 0, 0)
     #: keys of the snapshot rows changed since a store last saved them (see projections/snapshot.py)
     dirty: set[str] = field(default_factory=set, compare=False, repr=False)
     #: False for a state no store saves (an audit's fold, the simulator's cell): `dirty` is then left empty,

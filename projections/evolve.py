@@ -191,6 +191,10 @@ def _tick(state: CellState, e: m.Tick, offset: int) -> None:
         if fraction is not None:
             insort(state.runtimes, (job.submit_offset, fraction))
             del state.runtimes[:-RUNTIME_HISTORY]
+        if job.state is JobState.SUCCEEDED:
+            n, total, squares = state.service_sums
+            service = job.attained_gpu_ms
+            state.service_sums = (n + 1, total + service, squares + service * service)
         state.retired.add(job_id)
         state.retired_order.append(job_id)
         if state.tracks_rows:

@@ -60,7 +60,8 @@ def _row(state: CellState, key: str) -> Any:
         return {"cell": state.cell, "offset": state.offset, "now": state.now, "clock": state.clock,
                 "limits": dataclasses.asdict(state.limits), "levels": list(state.cluster.levels),
                 "reservations": {j: list(n) for j, n in sorted(state.reservations.items())},
-                "ending": sorted(state.ending), "runtimes": [list(r) for r in state.runtimes]}
+                "ending": sorted(state.ending), "runtimes": [list(r) for r in state.runtimes],
+                "service_sums": list(state.service_sums)}
     if key == TENANCY_KEY:
         t = state.tenancy
         return {
@@ -131,6 +132,7 @@ def restore(stored: Mapping[str, bytes]) -> CellState:
     state.reservations = {j: tuple(n) for j, n in cell["reservations"].items()}
     state.ending = set(cell["ending"])
     state.runtimes = [(offset, fraction) for offset, fraction in cell["runtimes"]]
+    state.service_sums = tuple(cell.get("service_sums", (0, 0, 0)))  # none in older stores
     tenancy = json.loads(stored[TENANCY_KEY])
     t = state.tenancy
     t.teams = {name: Team(name, cohort, weight, TeamPreemption(*rules))

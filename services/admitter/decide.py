@@ -33,7 +33,7 @@ from services.core.placement import (
     place_gang,
     shadow_times,
 )
-from services.core.queue import WaitingGangs, order_key
+from services.core.queue import WaitingGangs, least_attained_service, order_key
 from services.core.quota import quota_fit
 
 #: Events after which queued work may fit: capacity or quota came free, or time passed. An interruption frees
@@ -235,7 +235,7 @@ def admission_cycle(state: CellState, ctx: Context, only: Job | None = None, ref
         return isinstance(place_gang(view, job, most, ctx.policy.placement, excluded), Placement)
 
     guard = Guard(state, now, policy.borrowing, view.free_gpus, usage, admissible, reservations, held,
-                  policy.max_drain_share, policy.least_attained_service) if (
+                  policy.max_drain_share, least_attained_service(state, policy)) if (
         policy.protect_queue_heads and policy.backfill) else None
     admitted_per_team: dict[str, int] = {}
     # The smallest gang of each (GPU type, GPUs per worker) that found no room: bigger ones won't either.

@@ -21,10 +21,33 @@ if TYPE_CHECKING:  # the knobs are a value the caller passes in
     from services.admitter.policy import AdmissionPolicy
 
 
+#: Succeeded jobs a cell must have seen before `least_attained_service_min_cv` lets least attained service apply.
+LAS_SAMPLES = 50
+
+
+def service_varies(state: CellState, admission: AdmissionPolicy) -> bool:
+    """Whether the GPU-time the cell's succeeded jobs received varies more than the policy's
+    `least_attained_service_min_cv` asks (always when it is 0): least attained service, and preemption's
+    time-sharing, apply only then."""
+    if admission.least_attained_service_min_cv <= 0:
+        return True
+    n, total, squares = state.service_sums
+    if n < LAS_SAMPLES or total <= 0:
+        return False
+    variance_n2 = n * squares - total * total  # n² times the variance, exactly
+    return variance_n2 > (admission.least_attained_service_min_cv * total) ** 2
+
+
+def least_attained_service(state: CellState, admission: AdmissionPolicy) -> bool:
+    """Whether gangs go by least attained service now."""
+    return admission.least_attained_service and service_varies(state, admission)
+
+
 def order_key(state: CellState, admission: AdmissionPolicy) -> Callable[[Job], tuple]:
     """Within-nominal work first (unless not `nominal_first`), then priority, weighted dominant share (with
-    `fair_share`), least attained service (with `least_attained_service`: its band), submit order."""
-    fair_share, nominal_first, las = admission.fair_share, admission.nominal_first, admission.least_attained_service
+    `fair_share`), least attained service (while `least_attained_service` applies: its band), submit order."""
+    fair_share, nominal_first = admission.fair_share, admission.nominal_first
+    las = least_attained_service(state, admission)
     tenancy = state.tenancy
     shares: dict[str, int] = {}
     room: dict[tuple[str, str], int] = {}

@@ -21,13 +21,14 @@ capacity once the last one is gone; the admitter releases a hold whose gang was 
 from __future__ import annotations
 
 import itertools
+from dataclasses import replace
 
 from events import models as m
 from events.models import Reason
 from projections.cell import CellState
 from projections.jobs import Job, JobState
 from services.core.decider import Context
-from services.core.queue import queue_order
+from services.core.queue import queue_order, service_varies
 from services.preemptor.eviction import AfterEviction, plan, stale
 from services.preemptor.victims import (
     borrowing_teams,
@@ -63,12 +64,14 @@ class Preemptor:
                 if victim.preemption_deadline is not None and ctx.now >= victim.preemption_deadline:
                     checkpoint = victim.checkpoint.checkpoint_id if victim.checkpoint else None
                     decisions.append(_preempted(victim, Reason.CHECKPOINT_DEADLINE_PASSED, checkpoint, ctx))
+        if isinstance(event, _BENEFICIARY_DONE):
+            return withdraw(state, event.job_id, ctx)
+        if isinstance(event, (m.CapacityHeld, m.JobQueued, m.Tick)):
+            ctx = _time_sharing_gated(state, ctx)
         if isinstance(event, m.CapacityHeld):
             if event.envelope.reason is Reason.HELD_FOR_PREEMPTION:
                 decisions.extend(ask_victims(state, event, ctx))
             return decisions
-        if isinstance(event, _BENEFICIARY_DONE):
-            return withdraw(state, event.job_id, ctx)
         if not ctx.policy.preemption.enabled:
             return decisions
         if isinstance(event, m.JobQueued):
@@ -84,6 +87,15 @@ class Preemptor:
                 if chosen:
                     break  # one beneficiary per tick: the next tick sees its hold and its victims
         return decisions
+
+
+def _time_sharing_gated(state: CellState, ctx: Context) -> Context:
+    """The context with time-sharing off while the service jobs need varies too little (services/core/queue.py)."""
+    preemption = ctx.policy.preemption
+    if preemption.time_share == "Never" or service_varies(state, ctx.policy.admission):
+        return ctx
+    policy = replace(ctx.policy, preemption=replace(preemption, time_share="Never"))
+    return replace(ctx, policy=policy)
 
 
 def _preempted(victim: Job, reason: Reason, checkpoint_id: str | None, ctx: Context) -> m.JobPreempted:

@@ -19,6 +19,7 @@ from projections.evolve import SUPERSEDED
 from projections.jobs import JobState
 from replay.scenario.play import run
 from services.core.heads import head_start, may_drain, team_head
+from services.core.queue import least_attained_service
 from tests.property.invariants import Invariants
 from tests.property.streams import DataChooser, stream
 
@@ -97,7 +98,7 @@ class HeadsNotDelayed:
         self.heads = {}
         held = frozenset(state.holds)
         for team in sorted({state.jobs[j].team for j in state.queued}):
-            head = team_head(state, team, las=policy.admission.least_attained_service)
+            head = team_head(state, team, las=least_attained_service(state, policy.admission))
             if head is not None and not head.has_hold and may_drain(state, head, policy.admission.max_drain_share):
                 self.heads[team] = _Head(state.now, head.job_id, head_start(state, head, state.now, policy).start,
                                          held)

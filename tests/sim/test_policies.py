@@ -170,3 +170,26 @@ def test_tiresias_lets_a_newcomer_preempt_the_job_that_has_received_the_most(tra
     assert kueue["solo-00001"] == 8 * H  # FIFO: it waits for the long job to end
     assert tiresias["solo-00001"] <= 10 * 60  # the long job checkpoints and yields within its grace
     assert tiresias["solo-00000"] >= H // 2  # and waits while the short one runs
+
+
+TIME_SHARING = 'gangway-2+admission.least_attained_service=true+preemption.time_share="WithinTeam"'
+
+
+def finished_then_long_and_short(traces, spread: bool):
+    """60 whole-cell jobs one after another, every 6 h: all 1 h long, or (`spread`) 6 min with every tenth 5 h
+    (their GPU-time's coefficient of variation about 2.5). Then a 10 h job, and 2 h later a 30 min job."""
+    first = [(i * 6 * H, (5 * H if i % 10 == 9 else H // 10) if spread else H, 8) for i in range(60)]
+    write_trace(traces, "solo", [*first, (361 * H, 10 * H, 8), (363 * H, H // 2, 8)])
+
+
+@pytest.mark.parametrize("spread", [True, False], ids=["spread", "alike"])
+def test_time_sharing_waits_for_finished_jobs_to_show_it_pays(traces, spread):
+    finished_then_long_and_short(traces, spread)
+    gated = queue_s(traces, TIME_SHARING + "+admission.least_attained_service_min_cv=1.0", 8)
+    always = queue_s(traces, TIME_SHARING, 8)
+    assert always["solo-00061"] <= 10 * 60  # time-sharing: the long job checkpoints and yields
+    if spread:  # service times vary more than an exponential's: least attained service pays
+        assert gated["solo-00061"] <= 10 * 60
+    else:  # alike: first come, first served; sharing would only add a restart
+        assert gated["solo-00061"] == 8 * H
+        assert gated["solo-00060"] == 0
