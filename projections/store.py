@@ -56,9 +56,9 @@ class ProjectionStore:
         return found
 
     def save(self, state: CellState, extra: Mapping[str, bytes | None] = {}, everything: bool = False) -> None:
-        """Writes the rows changed since the last save, the offset, and `extra` (None deletes a row), atomically. With `everything`
-        (and for a state that does not track its changed rows) every row is written and the rows of what the
-        state no longer holds are deleted."""
+        """Writes the rows changed since the last save, the offset, and `extra` (None deletes a row), atomically.
+        With `everything` (and for a state that does not track its changed rows) every row is written and the
+        rows of what the state no longer holds are deleted."""
         batch = WriteBatch(raw_mode=True)
         if everything or not state.tracks_rows:
             keys = all_keys(state)
