@@ -20,6 +20,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from events import models as m
+from projections.cell import CellState
 from replay.audit.policy import named
 from replay.source import AuditError, add_source_arguments, audited, read_source
 from services.core.decider import Decider
@@ -88,7 +89,8 @@ def verify(logged: Sequence[tuple[int, m.Event]], decider: Decider, policy: Poli
                         None)
     first = versions[min(versions)] if versions else cell_version
     start = policy or (resolve(first) if first is not None else DEFAULT_POLICY)
-    replica = Replica(decider, start, recorded=lambda offset: by_basis.get(offset, ()), persistent=persistent)
+    replica = Replica(decider, start, CellState(tracks_rows=False),  # no store saves it
+                      recorded=lambda offset: by_basis.get(offset, ()), persistent=persistent)
     decided: dict[str, m.Event] = {}
     for offset, event in logged:
         version = versions.get(offset)
