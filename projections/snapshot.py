@@ -122,17 +122,24 @@ def _restore_node(row: dict[str, Any]) -> Node:
     return Node(**row)
 
 
+class OutdatedSnapshot(ValueError):
+    """Rows saved by an older Gangway, without something today's fold keeps and cannot recover from the rows (the
+    jobs it was learnt from have left the state): only a fold of the whole log gives the state back."""
+
+
 def restore(stored: Mapping[str, bytes]) -> CellState:
-    """A cell state from its rows, with every index rebuilt."""
+    """A cell state from its rows, with every index rebuilt. Raises OutdatedSnapshot for rows of an older fold."""
     state = CellState()
     cell = json.loads(stored[CELL_KEY])
+    if "service_sums" not in cell:
+        raise OutdatedSnapshot("its cell row has no service_sums (the succeeded jobs' GPU-time)")
     state.cell, state.offset, state.now, state.clock = cell["cell"], cell["offset"], cell["now"], cell["clock"]
     state.limits = Limits(**cell["limits"])
     state.cluster.levels = tuple(cell["levels"])
     state.reservations = {j: tuple(n) for j, n in cell["reservations"].items()}
     state.ending = set(cell["ending"])
     state.runtimes = [(offset, fraction) for offset, fraction in cell["runtimes"]]
-    state.service_sums = tuple(cell.get("service_sums", (0, 0, 0)))  # none in older stores
+    state.service_sums = tuple(cell["service_sums"])
     tenancy = json.loads(stored[TENANCY_KEY])
     t = state.tenancy
     t.teams = {name: Team(name, cohort, weight, TeamPreemption(*rules))

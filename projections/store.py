@@ -25,7 +25,8 @@ class ProjectionStore:
         self._db = Rdict(str(path), Options(raw_mode=True))
 
     def load(self) -> CellState | None:
-        """The stored state (its `offset` is the last folded event), or None for an empty store."""
+        """The stored state (its `offset` is the last folded event), or None for an empty store. Raises
+        OutdatedSnapshot (projections/snapshot.py) for a state an older Gangway saved."""
         if self._db.get(CELL_KEY.encode()) is None:
             return None
         stored = {key.decode(): value for key, value in self._db.items() if _is_state_row(key)}
@@ -78,6 +79,13 @@ class ProjectionStore:
                 batch.put(f"extra/{name}".encode(), value)
         self._db.write(batch)
         state.dirty.clear()
+
+    def clear(self) -> None:
+        """Deletes the state and the caller's rows; the store stays bound to its log."""
+        batch = WriteBatch(raw_mode=True)
+        for key in [k for k in self._db.keys() if k != b"log"]:
+            batch.delete(key)
+        self._db.write(batch)
 
     def _state_keys(self) -> set[str]:
         return {key.decode() for key in self._db.keys() if _is_state_row(key)}

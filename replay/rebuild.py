@@ -12,7 +12,7 @@ from events.reader import LogReader
 from events.topics import cells_from_env
 from projections.cell import CellState
 from projections.evolve import evolve
-from projections.snapshot import dump
+from projections.snapshot import OutdatedSnapshot, dump
 from projections.store import ProjectionStore
 
 
@@ -64,8 +64,14 @@ def run(args: argparse.Namespace) -> int:
     states = []
     for path in (args.left, args.right):
         store = ProjectionStore(path)
-        state = store.load()
-        store.close()
+        try:
+            state = store.load()
+        except OutdatedSnapshot as why:
+            print(f"gangway: the projection in {path} was saved by an older Gangway ({why}): rebuild it",
+                  file=sys.stderr)
+            return 2
+        finally:
+            store.close()
         if state is None:
             print(f"gangway: no projection in {path}", file=sys.stderr)
             return 2

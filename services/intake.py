@@ -25,7 +25,8 @@ from collections.abc import Sequence
 from confluent_kafka import KafkaException
 
 from events import models as m
-from events.auth import service_principal
+from events.auth import client_config, service_principal
+from events.broker import quiet_logger
 from events.codec import EventCodec
 from events.log import EventConsumer, EventProducer, LogRecord, ProducerFenced
 from events.topics import TopicNames
@@ -37,8 +38,9 @@ log = logging.getLogger("gangway.intake")
 
 NAME = "intake"
 REPLICA_NAME = re.compile(r"[a-z0-9][a-z0-9-]{0,31}")
-#: Fenced twice within this many seconds, an intake stops: another one runs under its name.
-REFENCED_WITHIN_S = 60.0
+#: How long an intake waits for a member of its name to leave the group before refusing to start: longer than
+#: the consumer's session timeout (events/log.py), so a predecessor killed with -9 is gone by then.
+NAME_WAIT_S = 10.0
 
 
 def take_in(topics: TopicNames, cells: Sequence[str], record: LogRecord) -> tuple[m.Event | None, str]:
@@ -61,11 +63,17 @@ def take_in(topics: TopicNames, cells: Sequence[str], record: LogRecord) -> tupl
     return event.model_copy(update={"envelope": envelope}), ""
 
 
+class IntakeNameTaken(RuntimeError):
+    """Another intake of the same name is in the group: the two would fence each other's transactions in turn."""
+
+
 class Intake:
     """One intake replica. Replicas share the input topics through their consumer group, so when one stops
     another takes over what it read. Each has a transactional id of its own (`gangway-intake`, or
     `gangway-intake-<replica>`): the same replica restarted fences what it left open, and one the group has
-    moved on from is fenced by the group's generation when it commits (KIP-447), so nothing is taken in twice."""
+    moved on from is fenced by the group's generation when it commits (KIP-447), so nothing is taken in twice.
+    An intake does not start while one of its name is in the group (IntakeNameTaken); two started at the same
+    moment would take turns fencing each other, still taking each input in once."""
 
     def __init__(self, bootstrap: str, topics: TopicNames, cells: Sequence[str], name_prefix: str = "",
                  batch_size: int = 500, tracer: Tracer | None = None, replica: str = "") -> None:
@@ -76,22 +84,24 @@ class Intake:
         self.codec = EventCodec()
         self.tracer = tracer or Tracer(NAME)
         principal = service_principal(NAME)
+        self.transactional_id = f"{name_prefix}gangway-{NAME}" + (f"-{replica}" if replica else "")
+        group = f"{name_prefix}gangway-{NAME}"
+        _wait_for_name(bootstrap, principal, group, self.transactional_id)
         # New input topics (a new team or node) are found within a second. Each has one partition: round robin
         # deals them out among the replicas (the range assignor would give every partition 0 to one of them).
-        self.consumer = EventConsumer(bootstrap, f"{name_prefix}gangway-{NAME}", topics, cells, principal=principal,
+        self.consumer = EventConsumer(bootstrap, group, topics, cells, principal=principal,
                                       **{"topic.metadata.refresh.interval.ms": 1000,
-                                         "partition.assignment.strategy": "roundrobin"})
+                                         "partition.assignment.strategy": "roundrobin",
+                                         "client.id": self.transactional_id})
         self.consumer.subscribe([f"^{re.escape(topics.inputs)}.*"], lambda c, ps: c.assign(ps),
                                 lambda c, ps: None)
-        self.transactional_id = f"{name_prefix}gangway-{NAME}" + (f"-{replica}" if replica else "")
         self._producer = lambda: EventProducer(bootstrap, self.transactional_id, topics, cells, principal=principal)
         self.producer = self._producer()
-        self.fenced_at = -REFENCED_WITHIN_S
         self.taken = self.refused = 0
 
-    def run(self, max_polls: int | None = None, stop: StopRequest | None = None) -> int:
+    def run(self, max_polls: int | None = None, stop: StopRequest | None = None) -> None:
         """Takes input in until stopped (SIGTERM / SIGINT, or `stop` if the caller listens already) or
-        `max_polls` polls: 0. Fenced for good (another intake runs under this one's name): 1."""
+        `max_polls` polls."""
         stop = stop or StopRequest.listen()
         polls = 0
         try:
@@ -99,25 +109,29 @@ class Intake:
                 try:
                     self.poll_once()
                 except ProducerFenced as error:
-                    # A coordinator's failover can fence a producer once: a new one takes the id back. Fenced
-                    # again soon after, another intake runs under this one's name and the two would take turns.
-                    if time.monotonic() - self.fenced_at < REFENCED_WITHIN_S:
-                        log.error("another intake runs as %s and fenced this one (%s): stopping; give each intake "
-                                  "its own --replica name", self.transactional_id, error)
-                        return 1
+                    # A coordinator's failover (or a transaction it timed out) fences the producer: a new one
+                    # takes the transactional id back, and the batch is read again.
                     log.warning("intake fenced (%s); taking its transactional id back", error)
-                    self.fenced_at = time.monotonic()
-                    self.producer = self._producer()
                     self._rewind()
+                    self._renew_producer()
                 except KafkaException as error:
                     log.warning("intake batch not committed (%s); reading it again", error)
                     self._rewind()
                 polls += 1
-            return 0
         finally:
             self.consumer.close()
             self.producer.flush()
             self.tracer.shutdown()
+
+    def _renew_producer(self) -> None:
+        """A new producer under the same transactional id; while the coordinator cannot answer, the fenced one
+        stays, and the next batch comes back here."""
+        try:
+            fresh = self._producer()
+        except KafkaException as error:
+            log.warning("intake could not take its transactional id back yet (%s)", error)
+            return
+        self.producer = fresh  # the fenced one is unusable: dropped
 
     def _rewind(self) -> None:
         """Back to the committed input offsets: nothing of the failed batch reached Kafka."""
@@ -158,3 +172,22 @@ class Intake:
                                           "origin": event.envelope.origin,
                                           "origin.offset": record.offset}) as span:
             return [("traceparent", span.traceparent)]
+
+
+def _wait_for_name(bootstrap: str, principal: str, group: str, client_id: str) -> None:
+    """Returns once no member of `group` goes by `client_id`; raises IntakeNameTaken if one stays NAME_WAIT_S."""
+    from confluent_kafka.admin import AdminClient
+
+    admin = AdminClient(client_config(bootstrap, principal, logger=quiet_logger()))
+    deadline = time.monotonic() + NAME_WAIT_S
+    while True:
+        try:
+            members = admin.describe_consumer_groups([group])[group].result(timeout=10).members
+        except KafkaException:  # no such group yet, or its coordinator is still being found
+            members = []
+        if not any(member.client_id == client_id for member in members):
+            return
+        if time.monotonic() > deadline:
+            raise IntakeNameTaken(f"an intake named {client_id} is running (a member of group {group}): give "
+                                  f"this one another --replica name")
+        time.sleep(1.0)

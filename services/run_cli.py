@@ -17,7 +17,7 @@ from events.clock import VirtualClock, epoch_from_env, run_clock
 from events.topics import cells_from_env, topic_names, topic_prefix
 from projections.store import StoreMismatch
 from services.admitter.decide import Admitter
-from services.intake import REPLICA_NAME, Intake
+from services.intake import REPLICA_NAME, Intake, IntakeNameTaken
 from services.placer.decide import Placer
 from services.policies import UnknownPolicy, resolve
 from services.preemptor.decide import Preemptor
@@ -71,9 +71,9 @@ def run(args: argparse.Namespace) -> int:
                       VirtualClock.anchored(args.speedup, args.epoch))
             return 0
         if args.service == "intake":
-            return Intake(args.bootstrap_servers, topics, cells, name_prefix=topic_prefix(),
-                          replica=args.replica).run(stop=stop)
-    except AuthError as error:
+            Intake(args.bootstrap_servers, topics, cells, name_prefix=topic_prefix(), replica=args.replica).run(stop=stop)
+            return 0
+    except (AuthError, IntakeNameTaken) as error:
         print(f"gangway run {args.service}: {error}", file=sys.stderr)
         return 1
     try:

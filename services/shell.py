@@ -40,6 +40,7 @@ from events.reader import LogReader
 from events.topics import TopicNames
 from events.tracing import Tracer
 from projections.cell import CellState
+from projections.snapshot import OutdatedSnapshot
 from projections.store import ProjectionStore
 from services.core.decider import Decider
 from services.core.replica import Replica
@@ -51,7 +52,8 @@ log = logging.getLogger("gangway.shell")
 #: The store is saved at most this often (and when a cell is given up or the service stops): a restart re-reads
 #: what came after, silently. Each save lifts the decisions in flight off the state and costs a write batch.
 SAVE_EVERY_S = 2.0
-#: How many jobs' trace contexts a shell remembers per cell (the oldest are forgotten first).
+#: How many jobs' trace contexts a shell remembers per cell (the least recently traced are forgotten first; after
+#: a restart, in job id order).
 TRACED_JOBS = 100_000
 #: The store's rows of trace contexts: `trace/<job>` holds the job's latest traceparent.
 TRACE_ROW = "trace/"
@@ -142,7 +144,14 @@ class ServiceShell:
         cell = self.cells[partition]
         store = ProjectionStore(self.data_dir / self.decider.name / cell)
         store.bind(f"{self.cluster_id}/{self.topics.events}/{partition}")  # raises on another log's store
-        state = store.load() or CellState(cell=cell)
+        try:
+            state = store.load()
+        except OutdatedSnapshot as why:
+            log.warning("%s: the projection of %s was saved by an older Gangway (%s): folding the log again",
+                        self.decider.name, cell, why)
+            store.clear()
+            state = None
+        state = state or CellState(cell=cell)
         replica = Replica(self.decider, self.policy, state)
         replica.assumed = {d.envelope.event_id: d for d in map(self.codec.decode, _blobs(store.extra("assumed")))}
         side = json.loads(store.extra("side") or b"{}")
@@ -297,9 +306,10 @@ class ServiceShell:
         runtime.unsaved = runtime.unsaved or bool(consumed)
 
     def _remember_trace(self, runtime: CellRuntime, record: LogRecord) -> None:
-        """The latest traceparent seen on a record about a job: later decisions about it join that trace."""
+        """The latest traceparent seen on a record about a job the state holds: later decisions about it join that
+        trace (a refused request, or a job that has left, leaves no row behind)."""
         job = m.field_of(record.event, "job_id")
-        parent = record.header("traceparent") if job is not None else None
+        parent = record.header("traceparent") if job in runtime.replica.state.jobs else None
         if parent:
             _set_trace(runtime, job, parent)
 
@@ -324,7 +334,7 @@ class ServiceShell:
                                               "trigger": f"{record.event.event_type}@{record.offset}",
                                               "event_id": envelope.event_id}) as span:
                 headers[envelope.event_id] = [("traceparent", span.traceparent)]
-            if job is not None:
+            if job in replica.state.jobs:
                 _set_trace(runtime, job, span.traceparent)
 
     def _extra(self, runtime: CellRuntime) -> dict[str, bytes | None]:

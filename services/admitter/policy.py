@@ -27,10 +27,11 @@ class AdmissionPolicy:
     #: Within a team and priority, gangs that have received less GPU-time go first (Tiresias' discretised
     #: least-attained-service queues; projections/jobs.py service_band), then submit order.
     least_attained_service: bool = False
-    #: ... and (with it) preemption's time-sharing apply only while the GPU-time the cell's succeeded jobs received
-    #: varies more than this coefficient of variation, once at least LAS_SAMPLES of them have ended. Least attained
-    #: service beats first come, first served when service times vary more than an exponential distribution's
-    #: (1.0); below that sharing only adds restarts, and the jobs it set back wait behind newcomers. 0: always.
+    #: Above 0, least attained service (this order) and preemption's time-sharing (whether or not the order is on)
+    #: apply only while the GPU-time the cell's succeeded jobs received varies more than this coefficient of
+    #: variation, once at least LAS_SAMPLES of them have ended. Least attained service beats first come, first
+    #: served when service times vary more than an exponential distribution's (1.0); below that sharing only adds
+    #: restarts, and the jobs it set back wait behind newcomers. 0: always.
     least_attained_service_min_cv: float = 0.0
     admissions_per_team_per_cycle: int | None = None  # None: no limit (Kueue admits one per queue)
 

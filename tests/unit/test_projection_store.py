@@ -3,13 +3,14 @@ offset, and a re-delivered event is skipped — checked on every scenario's log.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
 
 from projections.cell import CellState
 from projections.evolve import evolve
-from projections.snapshot import dump
+from projections.snapshot import CELL_KEY, OutdatedSnapshot, dump
 from projections.store import ProjectionStore
 from replay.scenario.play import load, run
 
@@ -64,7 +65,6 @@ def test_a_state_that_tracks_no_rows_is_saved_whole(path: Path, tmp_path: Path) 
         if offset % 7 == 0:
             store.save(untracked)
     store.save(untracked)
-    assert not untracked.dirty
     assert dump(store.load()) == dump(untracked)
 
 
@@ -78,6 +78,20 @@ def test_extra_rows_are_saved_with_the_state(tmp_path: Path) -> None:
     store.save(state, extra={"assumed": b'["admitter-40-1"]'})
     assert store.extra("assumed") == b'["admitter-40-1"]'
     assert store.load().offset == 41
+
+
+def test_a_store_an_older_gangway_saved_is_refused_and_can_be_cleared(tmp_path: Path) -> None:
+    store = ProjectionStore(tmp_path / "db")
+    store.bind("cluster/events/0")
+    store.save(CellState(cell="cell-a", offset=7), extra={"assumed": b"[]"})
+    row = json.loads(store._db[CELL_KEY.encode()])
+    del row["service_sums"]  # as a Gangway before the succeeded jobs' GPU-time was kept wrote it
+    store._db[CELL_KEY.encode()] = json.dumps(row).encode()
+    with pytest.raises(OutdatedSnapshot, match="service_sums"):
+        store.load()
+    store.clear()
+    assert store.load() is None and store.extra("assumed") is None
+    store.bind("cluster/events/0")  # still bound to its log
 
 
 def test_extra_rows_by_prefix_and_deleted_with_none(tmp_path: Path) -> None:
