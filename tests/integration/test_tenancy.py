@@ -182,19 +182,29 @@ def test_forged_records_are_dead_lettered_with_their_reason_and_never_folded(kaf
     assert all(code == 0 for code in codes.values()), (codes, plane.tails())
 
 
-def test_one_submission_is_one_connected_trace_across_processes(kafka_bootstrap, gangway_topics, tmp_path: Path,
-                                                                monkeypatch):
+def traced_plane(bootstrap: str, tmp_path: Path, monkeypatch, nodes: int) -> ControlPlane:
+    """Admitter, placer and intake as processes tracing to a file of the test's own, and a fleet of `nodes` nodes."""
     monkeypatch.setenv("GANGWAY_TRACE_FILE", str(tmp_path / "traces.jsonl"))
-    plane = ControlPlane(kafka_bootstrap, tmp_path)
+    plane = ControlPlane(bootstrap, tmp_path)
     for service in ("admitter", "placer", "intake"):
         plane.start(service)
-    plane.command("fleet", "fleet", "--nodes", "2", "--nodes-per-rack", "2", "--heartbeat-every", "1h")
+    plane.command("fleet", "fleet", "--nodes", str(nodes), "--nodes-per-rack", "2", "--heartbeat-every", "1h")
+    return plane
+
+
+def wait_for_nodes(client: Client, nodes: int, plane: ControlPlane) -> None:
+    deadline = time.monotonic() + 60
+    while len(client.nodes()) < nodes:
+        assert time.monotonic() < deadline, plane.tails()
+        time.sleep(0.3)
+
+
+def test_one_submission_is_one_connected_trace_across_processes(kafka_bootstrap, gangway_topics, tmp_path: Path,
+                                                                monkeypatch):
+    plane = traced_plane(kafka_bootstrap, tmp_path, monkeypatch, nodes=2)
     try:
         with Client(kafka_bootstrap) as client:
-            deadline = time.monotonic() + 60
-            while len(client.nodes()) < 2:
-                assert time.monotonic() < deadline, plane.tails()
-                time.sleep(0.3)
+            wait_for_nodes(client, 2, plane)
             client.apply([parse_document({"kind": "Team", "metadata": {"name": "nlp"}, "spec": {"quotas": {"H100": 16}}},
                                          "team")])
             client.submit({"kind": "Job", "metadata": {"name": "traced", "team": "nlp"},
@@ -231,19 +241,12 @@ def test_one_submission_is_one_connected_trace_across_processes(kafka_bootstrap,
 def test_a_restarted_service_goes_on_in_the_jobs_trace(kafka_bootstrap, gangway_topics, tmp_path: Path, monkeypatch):
     """The trace contexts are saved with the state: a decision made after a restart, set off by a record of
     another trace, still joins the trace of the job it is about."""
-    monkeypatch.setenv("GANGWAY_TRACE_FILE", str(tmp_path / "traces.jsonl"))
-    plane = ControlPlane(kafka_bootstrap, tmp_path)
-    for service in ("admitter", "placer", "intake"):
-        plane.start(service)
-    plane.command("fleet", "fleet", "--nodes", "4", "--nodes-per-rack", "2", "--heartbeat-every", "1h")
+    plane = traced_plane(kafka_bootstrap, tmp_path, monkeypatch, nodes=4)
     team = {"kind": "Team", "metadata": {"name": "nlp"}, "spec": {"quotas": {"H100": 16}}}
     gang = {"workers": 2, "gpus_per_worker": 8, "gpu_type": "H100", "command": ["true"]}
     try:
         with Client(kafka_bootstrap) as client:
-            deadline = time.monotonic() + 60
-            while len(client.nodes()) < 4:
-                assert time.monotonic() < deadline, plane.tails()
-                time.sleep(0.3)
+            wait_for_nodes(client, 4, plane)
             client.apply([parse_document(team, "team")])
             client.submit({"kind": "Job", "metadata": {"name": "first", "team": "nlp"}, "spec": gang})
             client.wait("first", until="placed", timeout=60)
