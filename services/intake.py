@@ -25,8 +25,7 @@ from collections.abc import Sequence
 from confluent_kafka import KafkaException
 
 from events import models as m
-from events.auth import client_config, service_principal
-from events.broker import quiet_logger
+from events.auth import admin_client, service_principal
 from events.codec import EventCodec
 from events.log import EventConsumer, EventProducer, LogRecord, ProducerFenced
 from events.topics import TopicNames
@@ -176,9 +175,7 @@ class Intake:
 
 def _wait_for_name(bootstrap: str, principal: str, group: str, client_id: str) -> None:
     """Returns once no member of `group` goes by `client_id`; raises IntakeNameTaken if one stays NAME_WAIT_S."""
-    from confluent_kafka.admin import AdminClient
-
-    admin = AdminClient(client_config(bootstrap, principal, logger=quiet_logger()))
+    admin = admin_client(bootstrap, principal)
     deadline = time.monotonic() + NAME_WAIT_S
     while True:
         try:

@@ -11,10 +11,9 @@ from pathlib import Path
 
 import pytest
 from confluent_kafka import KafkaException, Producer
-from confluent_kafka.admin import AdminClient
 
 from events import models as m
-from events.auth import Credentials, client_config, service_principal, team_principal
+from events.auth import Credentials, admin_client, client_config, service_principal, team_principal
 from events.broker import quiet_logger
 from events.codec import EventCodec
 from events.log import ensure_input_topic
@@ -42,7 +41,7 @@ def submit(bootstrap: str, who: Credentials | None, topic: str, team: str, jobs:
 
 def group_assignment(bootstrap: str, group: str) -> list[int]:
     """How many input partitions each member of the group holds."""
-    admin = AdminClient(client_config(bootstrap, logger=quiet_logger()))
+    admin = admin_client(bootstrap)
     try:
         described = admin.describe_consumer_groups([group])[group].result(timeout=10)
     except KafkaException:  # the group's coordinator is still being found
