@@ -57,6 +57,8 @@ SAVE_EVERY_S = 2.0
 TRACED_JOBS = 100_000
 #: The store's rows of trace contexts: `trace/<job>` holds the job's latest traceparent.
 TRACE_ROW = "trace/"
+#: A W3C traceparent's length (version 00): a header of any other length is not kept.
+TRACEPARENT_LENGTH = 55
 
 
 @dataclass
@@ -310,7 +312,7 @@ class ServiceShell:
         trace (a refused request, or a job that has left, leaves no row behind)."""
         job = m.field_of(record.event, "job_id")
         parent = record.header("traceparent") if job in runtime.replica.state.jobs else None
-        if parent:
+        if parent is not None and len(parent) == TRACEPARENT_LENGTH:  # nothing else is saved as the job's row
             _set_trace(runtime, job, parent)
 
     def _trace(self, runtime: CellRuntime, record: LogRecord, decisions: list[Decision],
