@@ -34,6 +34,10 @@ from pathlib import Path
 
 MECHANISM = "SCRAM-SHA-512"
 PRINCIPALS_FILE = "principals.json"
+#: The public keys of the log's writers (events/signing.py), written beside the store for readers elsewhere.
+WRITER_KEYS_FILE = "writer-keys.json"
+SIGNING_KEY_ENV = "GANGWAY_SIGNING_KEY"
+WRITER_KEYS_ENV = "GANGWAY_WRITER_KEYS"
 ADMIN = "admin"
 READER = "reader"
 OPERATOR = "operator"
@@ -111,10 +115,18 @@ def save_store(store: Mapping, data_dir: Path | None = None) -> None:
     with os.fdopen(fd, "w") as out:
         out.write(json.dumps(store, indent=2, sort_keys=True) + "\n")
     tmp.replace(path)
+    if store.get("signing"):  # the writers' public keys, for readers elsewhere (GANGWAY_WRITER_KEYS)
+        keys = path.with_name(WRITER_KEYS_FILE)
+        keys.write_text(json.dumps({k: v.hex() for k, v in _public_keys(store).items()}, indent=2, sort_keys=True))
 
 
 def new_secret() -> str:
     return secrets.token_urlsafe(24)
+
+
+def new_signing_key() -> str:
+    """An Ed25519 private key's 32 bytes, hex: what a writer of the log signs with (events/signing.py)."""
+    return secrets.token_bytes(32).hex()
 
 
 def credentials(principal: str | Credentials | None, bootstrap: str, data_dir: Path | None = None) -> Credentials | None:
@@ -136,6 +148,67 @@ def credentials(principal: str | Credentials | None, bootstrap: str, data_dir: P
         hint = f"gangway principal add {kind} {name}".strip()
         raise AuthError(f"no Kafka principal {wanted!r} on the local broker: create it with `{hint}`")
     return Credentials(wanted, known["password"])
+
+
+def _signer_name(principal: str) -> str | None:
+    """The name a principal signs the cell's log as (events/signing.py), or None for one that does not write it."""
+    if principal == ADMIN:
+        return ADMIN
+    kind, _, name = principal.partition(".")
+    return name if kind == "service" and name in SERVICES else None
+
+
+def signer(principal: str | Credentials | None, bootstrap: str, data_dir: Path | None = None):
+    """The key `principal` (None: admin) signs what it writes on the log with (events/signing.py), or None for a
+    principal that does not write the log or a log whose records are not signed. `GANGWAY_SIGNING_KEY`
+    (`<writer>:<hex private key>`) gives this machine's key; else the local broker's principal store, when it was
+    made with signing and `bootstrap` is its broker."""
+    from events.signing import Signer
+
+    given = os.environ.get(SIGNING_KEY_ENV)
+    if given:
+        name, _, seed = given.partition(":")
+        try:
+            return Signer(name, bytes.fromhex(seed))
+        except ValueError:
+            raise AuthError(f"{SIGNING_KEY_ENV} is not '<writer>:<64 hex digits>'") from None
+    if os.environ.get("GANGWAY_KAFKA_USER"):
+        return None
+    store = _signing_store(bootstrap, data_dir)
+    user = principal.user if isinstance(principal, Credentials) else principal or ADMIN
+    seed = store.get("principals", {}).get(user, {}).get("signing_key") if store else None
+    name = _signer_name(user)
+    return Signer(name, bytes.fromhex(seed)) if seed and name else None
+
+
+def writer_keys(bootstrap: str, data_dir: Path | None = None) -> dict[str, bytes] | None:
+    """The public key of each writer of `bootstrap`'s cell logs, or None when their records are not signed:
+    from the file `GANGWAY_WRITER_KEYS` names, else from the local broker's principal store."""
+    path = os.environ.get(WRITER_KEYS_ENV)
+    if path:
+        try:
+            return {name: bytes.fromhex(key) for name, key in json.loads(Path(path).read_text()).items()}
+        except (OSError, ValueError, AttributeError) as error:
+            raise AuthError(f"cannot read the writers' keys {path} ({WRITER_KEYS_ENV}): {error}") from None
+    if os.environ.get("GANGWAY_KAFKA_USER"):
+        return None
+    store = _signing_store(bootstrap, data_dir)
+    return _public_keys(store) if store else None
+
+
+def _signing_store(bootstrap: str, data_dir: Path | None) -> dict | None:
+    store = load_store(data_dir)
+    if not store.get("signing") or set(store.get("bootstrap", "").split(",")) != set(bootstrap.split(",")):
+        return None
+    return store
+
+
+def _public_keys(store: Mapping) -> dict[str, bytes]:
+    from events.signing import public_key
+
+    return {_signer_name(user): public_key(bytes.fromhex(entry["signing_key"]))
+            for user, entry in sorted(store.get("principals", {}).items())
+            if "signing_key" in entry and _signer_name(user)}
 
 
 def client_config(bootstrap: str, principal: str | Credentials | None = None, **extra: object) -> dict:
@@ -298,6 +371,8 @@ def add_principals(bootstrap: str, names: Sequence[str], topic_prefix: str = "",
         entry = known.get(name) or {"password": new_secret()}
         if (name.startswith("team.") or name == OPERATOR) and "token" not in entry:
             entry["token"] = new_secret()
+        if store.get("signing") and _signer_name(name) and "signing_key" not in entry:
+            entry["signing_key"] = new_signing_key()
         entries[name] = known[name] = entry
     if admin is None and ADMIN in known:
         admin = Credentials(ADMIN, known[ADMIN]["password"])

@@ -443,11 +443,13 @@ class LocalKafka:
 
     def _admin_password(self) -> str:
         """The admin's password from the principal store (made on first start), with the store's bootstrap."""
-        from events.auth import ADMIN, load_store, new_secret, save_store
+        from events.auth import ADMIN, load_store, new_secret, new_signing_key, save_store
 
         store = load_store(self.data_dir)
         principals = store.setdefault("principals", {})
-        principals.setdefault(ADMIN, {"password": new_secret()})
+        if ADMIN not in principals:  # a new store: the log's writers sign what they write (events/signing.py)
+            store["signing"] = True
+            principals[ADMIN] = {"password": new_secret(), "signing_key": new_signing_key()}
         store["bootstrap"] = self.bootstrap_servers
         save_store(store, self.data_dir)
         return principals[ADMIN]["password"]

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from confluent_kafka import Producer
 
-from events.auth import client_config, service_principal
+from events.auth import client_config, service_principal, signer
 from events.broker import quiet_logger
 from events.codec import EventCodec
 from events.models import Envelope, Tick
@@ -68,13 +68,15 @@ def run_clock(bootstrap_servers: str, topics: TopicNames, cells: Sequence[str], 
     producer = Producer(client_config(bootstrap_servers, service_principal("clock"), **{
         "enable.idempotence": True, "acks": "all", "linger.ms": 5, "logger": quiet_logger()}))
     codec = EventCodec()
+    signing = signer(service_principal("clock"), bootstrap_servers)  # readers refuse a Tick the clock did not sign
     rounds = 0
     while not stopping and (max_ticks is None or rounds < max_ticks):
         at = clock.now_ms()
         for cell in cells:
             tick = Tick(envelope=Envelope(event_id=f"clock-{cell}-{at}", cell=cell, at=at, producer="clock"))
-            producer.produce(topics.events, key=cell.encode(), value=codec.encode(tick),
-                             partition=cell_partition(cells, cell))
+            value, partition = codec.encode(tick), cell_partition(cells, cell)
+            headers = signing.sign(topics.events, partition, [value])[0] if signing is not None else None
+            producer.produce(topics.events, key=cell.encode(), value=value, partition=partition, headers=headers)
         producer.poll(0)
         rounds += 1
         time.sleep(interval_s)

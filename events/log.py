@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import os
 import threading
 import time
 import uuid
@@ -19,10 +20,11 @@ from dataclasses import dataclass
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
-from events.auth import Credentials, client_config
+from events.auth import Credentials, client_config, signer, writer_keys
 from events.broker import quiet_logger
 from events.codec import EventCodec, UndecodableEvent
 from events.models import DeadLetter, Envelope, Event
+from events.signing import SIGNATURE_HEADERS, Unvouched, Verifier, may_write, vouched
 from events.topics import TopicNames, cell_partition
 
 log = logging.getLogger("gangway.log")
@@ -74,7 +76,7 @@ def retrying(call, attempts: int = 20, pause_s: float = 0.5):
         try:
             return call()
         except KafkaException as error:
-            retriable = error.args and (error.args[0].retriable() or error.args[0].code() in _COORDINATOR_MOVING)
+            retriable = error.args and (error.args[0].retriable() or error.args[0].code() in _TRANSIENT)
             if not retriable or attempt == attempts - 1:
                 raise
             time.sleep(pause_s)
@@ -83,6 +85,21 @@ def retrying(call, attempts: int = 20, pause_s: float = 0.5):
 
 _COORDINATOR_MOVING = (KafkaError.NOT_COORDINATOR, KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
                        KafkaError.COORDINATOR_NOT_AVAILABLE)
+#: What a call may meet while brokers fail over, besides errors the client marks retriable: the coordinator moving,
+#: a broker handle dropped from the metadata as its broker left, no broker answering for a moment.
+_TRANSIENT = (*_COORDINATOR_MOVING, KafkaError._DESTROY_BROKER, KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN,
+              KafkaError._TIMED_OUT)
+
+
+def _debugging() -> dict:
+    """librdkafka's debug contexts named by `GANGWAY_KAFKA_DEBUG` (e.g. `cgrp`: the consumer group's joins and
+    assignments), logged by `gangway.kafka.debug`: what to look at when a consumer does not rejoin its group."""
+    contexts = os.environ.get("GANGWAY_KAFKA_DEBUG")
+    if not contexts:
+        return {}
+    logger = logging.getLogger("gangway.kafka.debug")
+    logger.setLevel(logging.DEBUG)
+    return {"debug": contexts, "logger": logger}
 
 
 class ProducerFenced(RuntimeError):
@@ -113,6 +130,8 @@ class EventProducer:
         self.inputs = inputs  # True: each event's input topic (TopicNames.input_topic); or a function choosing it
         self.bootstrap, self.principal = bootstrap_servers, principal
         self._made: set[str] = set()  # input topics known to exist
+        self._signer = signer(principal, bootstrap_servers)  # a writer of the cell logs signs what it writes
+        self._unsigned: list[tuple[str, int, bytes | None, bytes, Headers | None]] | None = None
         self._config = {
             **client_config(bootstrap_servers, principal),
             "transactional.id": transactional_id,
@@ -179,8 +198,8 @@ class EventProducer:
         if self.inputs:
             self._produce_input(event, headers)
             return
-        self._producer.produce(self.topics.events, key=cell.encode(), value=self.codec.encode(event),
-                               partition=cell_partition(self.cells, cell), headers=headers)
+        self._send(self.topics.events, cell_partition(self.cells, cell), cell.encode(), self.codec.encode(event),
+                   headers)
 
     def produce_heartbeat(self, event: Event, headers: Headers | None = None) -> None:
         """Heartbeats go to the short-retention heartbeat topic, same cell partition as the main log."""
@@ -188,36 +207,60 @@ class EventProducer:
         if self.inputs:
             self._produce_input(event, headers)
             return
-        self._producer.produce(self.topics.heartbeats, key=cell.encode(), value=self.codec.encode(event),
-                               partition=cell_partition(self.cells, cell), headers=headers)
+        self._send(self.topics.heartbeats, cell_partition(self.cells, cell), cell.encode(), self.codec.encode(event),
+                   headers)
 
     def produce_to(self, topic: str, partition: int, value: bytes, key: bytes | None = None,
                    headers: Headers | None = None) -> None:
         """Raw bytes to a topic's partition (the intake copies a record's value as it came)."""
-        self._producer.produce(topic, key=key, value=value, partition=partition, headers=headers)
+        self._send(topic, partition, key, value, headers)
 
     def _produce_input(self, event: Event, headers: Headers | None) -> None:
         topic = self.inputs(event) if callable(self.inputs) else self.topics.input_topic(event)
         if topic not in self._made:
             ensure_input_topic(self.bootstrap, self.principal, topic)
             self._made.add(topic)
-        self._producer.produce(topic, key=event.envelope.cell.encode(), value=self.codec.encode(event),
-                               partition=0, headers=headers)
+        self._send(topic, 0, event.envelope.cell.encode(), self.codec.encode(event), headers)
 
     def produce_dead_letter(self, letter: DeadLetter) -> None:
-        self._producer.produce(self.topics.deadletter, key=letter.key, value=self.codec.encode(letter), partition=0)
+        self._send(self.topics.deadletter, 0, letter.key, self.codec.encode(letter), None)
+
+    def _send(self, topic: str, partition: int, key: bytes | None, value: bytes, headers: Headers | None) -> None:
+        """Produces a record; a signing writer holds its transaction's records back until they are signed."""
+        if self._unsigned is not None:
+            self._unsigned.append((topic, partition, key, value, headers))
+        else:
+            self._producer.produce(topic, key=key, value=value, partition=partition, headers=headers)
+
+    def _produce_signed(self) -> None:
+        """The held-back records, each partition's signed as one batch (events/signing.py), in the order made."""
+        held, self._unsigned = self._unsigned or [], None
+        by_partition: dict[tuple[str, int], list[int]] = {}
+        for i, (topic, partition, *_rest) in enumerate(held):
+            by_partition.setdefault((topic, partition), []).append(i)
+        signatures: dict[int, list[tuple[str, bytes]]] = {}
+        for (topic, partition), indices in sorted(by_partition.items()):
+            for i, headers in zip(indices, self._signer.sign(topic, partition, [held[i][3] for i in indices])):
+                signatures[i] = headers
+        for i, (topic, partition, key, value, headers) in enumerate(held):
+            kept = [h for h in headers or () if h[0] not in SIGNATURE_HEADERS]  # a copied record's are not ours
+            self._producer.produce(topic, key=key, value=value, partition=partition, headers=[*kept, *signatures[i]])
 
     @contextmanager
     def transaction(self, consumer: EventConsumer | None = None,
                     consumed: Sequence[LogRecord] = ()) -> Iterator[EventProducer]:
         """Everything produced in the block, plus the offsets after `consumed`, commits or aborts as one."""
         self._producer.begin_transaction()
+        self._unsigned = [] if self._signer is not None else None
         try:
             yield self
+            if self._signer is not None:
+                self._produce_signed()
             if consumer is not None and consumed:
                 self._send_offsets(consumer.next_offsets(consumed), consumer.group_metadata())
             self._commit()
         except BaseException:
+            self._unsigned = None
             self._abort()
             raise
 
@@ -303,6 +346,9 @@ class EventConsumer:
         self._pattern = False
         self.decode_seconds = 0.0  # time spent decoding, for the service's timings
         self._last_commit = 0.0
+        keys = writer_keys(bootstrap_servers)
+        self.verifier = Verifier(keys) if keys else None  # the cell logs' records are signed: each is checked
+        self._signed = (topics.events, topics.heartbeats)
         self._consumer = Consumer({
             **client_config(bootstrap_servers, principal),
             "group.id": group_id,
@@ -317,6 +363,7 @@ class EventConsumer:
             "fetch.wait.max.ms": 10,
             "logger": quiet_logger(),
             **config,
+            **_debugging(),
         })
         if assign is not None:
             self.assign_cells(assign)
@@ -361,11 +408,23 @@ class EventConsumer:
                 event, error = self.codec.decode(message.value()), None
             except UndecodableEvent as undecodable:
                 event, error = None, undecodable
+            if self.verifier is not None and event is not None and message.topic() in self._signed:
+                event, error = self._vouch(message, event)
             records.append(LogRecord(message.topic(), message.partition(), message.offset(), message.key(),
                                      message.value(), event, error, message.timestamp()[1],
                                      tuple(message.headers() or ())))
         self.decode_seconds += time.perf_counter() - began
         return records
+
+    def _vouch(self, message, event: Event) -> tuple[Event | None, Exception | None]:
+        """The event as its signature vouches for it: on the cell's log marked unverified when its signer may
+        not write it (the fold refuses it); a heartbeat so signed is dropped (it is side input, never folded)."""
+        who = self.verifier.signer_of(message.topic(), message.partition(), message.value(), message.headers() or ())
+        if message.topic() == self._signed[0]:
+            return vouched(event, who), None
+        if may_write(who, event):
+            return event, None
+        return None, Unvouched(f"a heartbeat {'signed by ' + who if who else 'not signed'}: not the intake's")
 
     def next_offsets(self, consumed: Sequence[LogRecord]) -> list[TopicPartition]:
         """The offsets to commit after `consumed`: last offset + 1 per partition (computed, never position())."""

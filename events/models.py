@@ -110,6 +110,11 @@ def field_of(record: Record, name: str, default: object = None) -> object:
     return record.__dict__.get(name, default)
 
 
+#: An envelope's origin when a reader found the record not signed by a writer that may write it
+#: (events/signing.py): `unverified/<signer>` or `unverified/unsigned`. The fold refuses such a record.
+UNVERIFIED = "unverified/"
+
+
 class Envelope(Record):
     """What every event carries: identity, cell, time, provenance and, for decisions, the basis."""
 

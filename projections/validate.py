@@ -106,7 +106,15 @@ def not_its_writer(event: m.Event, origin: str | None) -> str:
 
 
 def _provenance(state, event: m.Event) -> Refusal | None:
-    """A decision from a producer that does not make it, or an input its origin may not write."""
+    """A record its signer may not write, a decision from a producer that does not make it, or an input its origin
+    may not write."""
+    origin = event.envelope.origin
+    if origin is not None and origin.startswith(m.UNVERIFIED):
+        signer = origin.removeprefix(m.UNVERIFIED)
+        signed = "not signed by any writer of the log" if signer == "unsigned" else \
+            f"signed by {_short(signer)!r}, which may not write it"
+        return Refusal(Reason.NOT_ITS_WRITER, f"a {event.event_type} claiming {_short(event.envelope.producer)!r} "
+                                              f"is {signed}")
     if event.is_decision:
         producer = event.envelope.producer
         allowed = DECIDED_BY.get(type(event), SERVICES)
@@ -114,7 +122,6 @@ def _provenance(state, event: m.Event) -> Refusal | None:
             return Refusal(Reason.NOT_ITS_WRITER, f"a {event.event_type} from {_short(producer)!r}: only "
                                                   f"{', '.join(sorted(allowed))} may decide it")
         return None
-    origin = event.envelope.origin
     why = not_its_writer(event, origin) if origin is not None else ""
     if not why and isinstance(event, m.JobCancelRequested) and event.team is not None:
         job = state.jobs.get(event.job_id)

@@ -12,7 +12,7 @@ from urllib.parse import urlparse
 
 import pytest
 
-from events.auth import client_config
+from events.auth import ADMIN, SIGNING_KEY_ENV, WRITER_KEYS_ENV, WRITER_KEYS_FILE, client_config, load_store
 from events.broker import KafkaSetupError, LocalKafka, PortInUse, cluster_node_ids, find_free_base_port, quiet_logger
 from events.topics import TopicNames, cells_from_env, ensure_topics, topic_names
 
@@ -81,11 +81,16 @@ def use_admin_of(kafka: LocalKafka, env=None) -> None:
     credentials = kafka.admin_credentials
     if credentials is None:
         return
-    if env is None:  # the session's broker: for the whole session
-        os.environ["GANGWAY_KAFKA_USER"], os.environ["GANGWAY_KAFKA_PASSWORD"] = credentials.user, credentials.password
-    else:  # a test's own broker: a pytest MonkeyPatch, undone after the test
-        env.setenv("GANGWAY_KAFKA_USER", credentials.user)
-        env.setenv("GANGWAY_KAFKA_PASSWORD", credentials.password)
+    store = load_store(kafka.data_dir)
+    settings = {"GANGWAY_KAFKA_USER": credentials.user, "GANGWAY_KAFKA_PASSWORD": credentials.password}
+    if store.get("signing"):  # and signs what it writes on the log as the admin; readers check the writers' keys
+        settings[SIGNING_KEY_ENV] = f"{ADMIN}:{store['principals'][ADMIN]['signing_key']}"
+        settings[WRITER_KEYS_ENV] = str(kafka.data_dir / WRITER_KEYS_FILE)
+    for name, value in settings.items():
+        if env is None:  # the session's broker: for the whole session
+            os.environ[name] = value
+        else:  # a test's own broker: a pytest MonkeyPatch, undone after the test
+            env.setenv(name, value)
 
 
 def _local_kafka(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:

@@ -5,6 +5,7 @@ record is dead-lettered with its reason and never folded. And one submission is 
 
 from __future__ import annotations
 
+import os
 import time
 import uuid
 from pathlib import Path
@@ -13,11 +14,12 @@ import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
 
 from events import models as m
-from events.auth import Credentials, agent_principal, client_config, team_principal
+from events.auth import Credentials, agent_principal, client_config, load_store, service_principal, team_principal
 from events.broker import quiet_logger
 from events.codec import EventCodec
 from events.launcher.spec import parse_document
 from events.log import EventConsumer, ensure_input_topic
+from events.signing import Signer
 from events.submission import job_submitted
 from events.topics import TopicNames
 from events.tracing import job_traces, read_spans
@@ -27,11 +29,13 @@ from tests.integration.control_plane import ControlPlane, Operator, read_log
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 
 
-def refused_write(bootstrap: str, who: Credentials, topic: str, value: bytes = b"x") -> KafkaError | None:
+def refused_write(bootstrap: str, who: Credentials | str, topic: str, value: bytes = b"x",
+                  headers: list | None = None) -> KafkaError | None:
     """Produces one record as `who`; the broker's error for it, or None when it was written."""
     errors: list[KafkaError | None] = []
     producer = Producer({**client_config(bootstrap, who), "logger": quiet_logger(), "message.timeout.ms": 15_000})
-    producer.produce(topic, value=value, partition=0, on_delivery=lambda error, _: errors.append(error))
+    producer.produce(topic, value=value, partition=0, headers=headers,
+                     on_delivery=lambda error, _: errors.append(error))
     producer.flush(30)
     assert errors, "no delivery report"
     return errors[0]
@@ -157,10 +161,25 @@ def test_forged_records_are_dead_lettered_with_their_reason_and_never_folded(kaf
             update={"reason": m.Reason.WITHIN_NOMINAL_QUOTA, "basis_offset": 0}), job_id="posing", team="vision",
             gpu_type="H100", gpus=8, assignments=[m.WorkerAssignment(worker=0, node="cell-a-n1", gpus=[0] * 8)])
         operator.write(forged)
+        # 5. the placer's principal (it may write the cell's log) writes an admission in the admitter's name,
+        # signed with its own key, and 6. one not signed at all: its signature does not vouch for either.
+        as_admitter = lambda job: codec.encode(m.JobAdmitted(  # noqa: E731
+            envelope=operator.envelope(producer="admitter").model_copy(
+                update={"reason": m.Reason.WITHIN_NOMINAL_QUOTA, "basis_offset": 0}),
+            job_id=job, team="vision", gpu_type="H100", gpus=8,
+            assignments=[m.WorkerAssignment(worker=0, node="cell-a-n1", gpus=list(range(8)))]))
+        placer = Signer("placer", bytes.fromhex(
+            load_store(Path(os.environ["GANGWAY_TEST_KAFKA_DATA"]))["principals"]["service.placer"]["signing_key"]))
+        value = as_admitter("vision-job")
+        assert refused_write(kafka_bootstrap, service_principal("placer"), topics.events, value,
+                             placer.sign(topics.events, 0, [value])[0]) is None
+        assert refused_write(kafka_bootstrap, service_principal("placer"), topics.events, as_admitter("posing")) is None
 
-        found = letters(kafka_bootstrap, topics, expected=4)
+        found = letters(kafka_bootstrap, topics, expected=6)
         reasons = sorted(letter.error for letter in found)
-        assert len(reasons) == 4, reasons
+        assert len(reasons) == 6, reasons
+        assert any("claiming 'admitter' is signed by 'placer', which may not write it" in r for r in reasons), reasons
+        assert any("claiming 'admitter' is not signed by any writer of the log" in r for r in reasons), reasons
         assert any("JobSubmitted for team 'vision' from team nlp's input" in r for r in reasons), reasons
         assert any("about node 'cell-a-n1' from node cell-a-n0's input" in r for r in reasons), reasons
         assert any(r.startswith("NOT_ITS_WRITER") and "may not cancel vision-job" in r for r in reasons), reasons
@@ -168,9 +187,11 @@ def test_forged_records_are_dead_lettered_with_their_reason_and_never_folded(kaf
         assert {(x.source_topic, x.source_offset) for x in found if "input" in x.error} == {
             (topics.team_input("nlp"), 0), (topics.node_input("cell-a-n0"), 0)}
 
-        logged = read_log(kafka_bootstrap, topics, until=lambda es: sum(isinstance(x, m.RecordRefused) for x in es) >= 2)
+        logged = read_log(kafka_bootstrap, topics, until=lambda es: sum(isinstance(x, m.RecordRefused) for x in es) >= 4)
         refused = sorted((x.refused_type, x.envelope.reason) for _, x in logged if isinstance(x, m.RecordRefused))
-        assert refused == [("JobAdmitted", m.Reason.NOT_ITS_WRITER), ("JobCancelRequested", m.Reason.NOT_ITS_WRITER)]
+        assert refused == [*[("JobAdmitted", m.Reason.NOT_ITS_WRITER)] * 3,
+                           ("JobCancelRequested", m.Reason.NOT_ITS_WRITER)]
+        assert sum(isinstance(x, m.JobAdmitted) and x.job_id == "vision-job" for _, x in logged) == 2  # 1 + forged
         # Never folded: the posing job is not on the log, vision's job still runs, nothing was cancelled.
         assert not any(isinstance(x, m.JobSubmitted) and x.job_id == "posing" for _, x in logged)
         assert not any(isinstance(x, m.JobCancelled) for _, x in logged)

@@ -1,0 +1,94 @@
+"""Signed records on a cell's log (events/signing.py): a record is vouched for only by a valid signature of a
+writer that may write it; anything else is marked unverified, and the fold refuses it."""
+
+from __future__ import annotations
+
+import pytest
+
+from events import models as m
+from events.signing import Signer, Verifier, may_write, public_key, vouched
+from tests.builders import env, fold, quota, team
+
+TOPIC = "gangway.events"
+SEEDS = {name: bytes([i]) * 32 for i, name in enumerate(("admin", "admitter", "placer", "clock", "intake"), 1)}
+
+
+def verifier() -> Verifier:
+    return Verifier({name: public_key(seed) for name, seed in SEEDS.items()})
+
+
+def signed(name: str, values: list[bytes], partition: int = 0) -> list[list[tuple[str, bytes]]]:
+    return Signer(name, SEEDS[name]).sign(TOPIC, partition, values)
+
+
+@pytest.mark.parametrize("count", [1, 2, 3, 5, 8, 13])
+def test_every_record_of_a_batch_is_vouched_for_alone(count: int) -> None:
+    values = [f"record {i}".encode() for i in range(count)]
+    headers = signed("admitter", values)
+    for value, header in reversed(list(zip(values, headers))):  # any order, each on its own: a fresh reader
+        assert Verifier({"admitter": public_key(SEEDS["admitter"])}).signer_of(TOPIC, 0, value, header) == "admitter"
+    shared = verifier()
+    assert [shared.signer_of(TOPIC, 0, v, h) for v, h in zip(values, headers)] == ["admitter"] * count
+
+
+def test_a_changed_value_a_moved_header_or_another_partition_is_not_vouched_for() -> None:
+    values = [b"a", b"b", b"c"]
+    headers = signed("admitter", values, partition=2)
+    check = verifier()
+    assert check.signer_of(TOPIC, 2, b"a!", headers[0]) is None
+    assert check.signer_of(TOPIC, 2, b"b", headers[0]) is None  # b's value with a's path
+    assert check.signer_of(TOPIC, 1, b"a", headers[0]) is None  # signed for partition 2
+    assert check.signer_of("other", 2, b"a", headers[0]) is None
+    assert check.signer_of(TOPIC, 2, b"a", headers[0][:3]) is None  # no path
+    assert check.signer_of(TOPIC, 2, b"a", []) is None
+    assert check.signer_of(TOPIC, 2, b"a", headers[0]) == "admitter"
+
+
+def test_a_writer_cannot_sign_in_another_writers_name() -> None:
+    """The placer's key under the admitter's name: its signature does not check against the admitter's key."""
+    forged = Signer("admitter", SEEDS["placer"]).sign(TOPIC, 0, [b"admit"])[0]
+    assert verifier().signer_of(TOPIC, 0, b"admit", forged) is None
+    unknown = Signer("mallory", SEEDS["placer"]).sign(TOPIC, 0, [b"admit"])[0]
+    assert verifier().signer_of(TOPIC, 0, b"admit", unknown) is None
+
+
+def test_garbage_headers_are_not_vouched_for() -> None:
+    good = signed("admitter", [b"x", b"y"])[0]
+    for name, bad in [("gw-path", b""), ("gw-path", b"\x00\x00\x00\x05\x00\x00\x00\x02"), ("gw-path", b"\xff" * 9),
+                      ("gw-signer", b"\xff\xfe"), ("gw-sig", b"short")]:
+        headers = [(n, bad if n == name else v) for n, v in good]
+        assert verifier().signer_of(TOPIC, 0, b"x", headers) is None, name
+
+
+def admitted(producer: str) -> m.JobAdmitted:
+    return m.JobAdmitted(envelope=env(producer=producer).model_copy(update={"basis_offset": 0}), job_id="j",
+                         team="nlp", gpu_type="H100", gpus=8,
+                         assignments=[m.WorkerAssignment(worker=0, node="n0", gpus=list(range(8)))])
+
+
+def test_who_may_sign_what() -> None:
+    decision, tick = admitted("admitter"), m.Tick(envelope=env(producer="clock"))
+    request = team("nlp")
+    assert may_write("admitter", decision) and may_write("admin", decision)
+    assert not may_write("placer", decision) and not may_write("intake", decision) and not may_write(None, decision)
+    assert may_write("clock", tick) and not may_write("admitter", tick)
+    assert may_write("intake", request) and not may_write("admitter", request) and not may_write("clock", request)
+
+
+def test_a_record_its_signer_may_not_write_is_refused_by_the_fold_and_never_folded() -> None:
+    cell = fold(team("nlp"), vouched(quota("nlp", 64), "placer"), vouched(admitted("admitter"), None),
+                vouched(quota("nlp", 16), "intake"))
+    refused = [(e.refused_type, e.envelope.reason, e.detail) for e in cell.log if isinstance(e, m.RecordRefused)]
+    assert refused == [
+        ("QuotaSet", m.Reason.NOT_ITS_WRITER, "a QuotaSet claiming 'test' is signed by 'placer', which may not write it"),
+        ("JobAdmitted", m.Reason.NOT_ITS_WRITER, "a JobAdmitted claiming 'admitter' is not signed by any writer of the log"),
+    ]
+    assert cell.state.tenancy.quotas[("nlp", "H100")].nominal == 16
+
+
+def test_a_record_with_two_signatures_is_not_vouched_for() -> None:
+    """A copy of another record's headers next to a valid signature: ambiguous, so refused."""
+    mine = signed("admitter", [b"x"])[0]
+    other = signed("admin", [b"y"])[0]
+    assert verifier().signer_of(TOPIC, 0, b"x", [*other, *mine]) is None
+    assert verifier().signer_of(TOPIC, 0, b"x", mine) == "admitter"
