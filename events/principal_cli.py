@@ -13,7 +13,18 @@ import json
 import os
 import sys
 
-from events.auth import KINDS, OPERATOR, AuthError, add_principals, api_tokens, load_store, principal_name
+from events.auth import (
+    KINDS,
+    OPERATOR,
+    SIGNING_KEY_ENV,
+    WRITER_KEYS_ENV,
+    WRITER_KEYS_FILE,
+    AuthError,
+    add_principals,
+    api_tokens,
+    load_store,
+    principal_name,
+)
 from events.topics import topic_prefix
 
 example = "gangway principal add team nlp vision && gangway principal add agent n1 n2 n3"
@@ -68,7 +79,11 @@ def _add(args: argparse.Namespace) -> int:
         return 0
     for name, entry in entries.items():
         token = f"  api-token={entry['token']}" if "token" in entry else ""
-        print(f"{name}  GANGWAY_KAFKA_USER={name} GANGWAY_KAFKA_PASSWORD={entry['password']}{token}")
+        key = f" {SIGNING_KEY_ENV}={name.removeprefix('service.')}:{entry['signing_key']}" if "signing_key" in entry else ""
+        print(f"{name}  GANGWAY_KAFKA_USER={name} GANGWAY_KAFKA_PASSWORD={entry['password']}{key}{token}")
+    if any("signing_key" in e for e in entries.values()):
+        print(f"(a machine that reads the cells' log checks records against {WRITER_KEYS_FILE} beside the principal "
+              f"store: {WRITER_KEYS_ENV}=<its path>)", file=sys.stderr)
     if any(n.startswith("team.") or n == OPERATOR for n in names):
         print("(`gangway principal tokens > tokens.json` writes the API's tokens file)", file=sys.stderr)
     return 0

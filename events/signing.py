@@ -23,6 +23,7 @@ import struct
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 
 from events.models import UNVERIFIED, Event, Tick
 
@@ -91,18 +92,24 @@ class Signer:
 
     def sign(self, topic: str, partition: int, values: Sequence[bytes]) -> list[list[tuple[str, bytes]]]:
         """The signature headers for each of a transaction's records in one partition, in order."""
-        from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
-
         if not values:
             return []
         batch = os.urandom(8)
         levels = _levels([_leaf(v) for v in values])
         count = len(values)
-        signature = Ed25519PrivateKey.from_private_bytes(self.seed).sign(
+        signature = _private_key(self.seed).sign(
             _message(self.name, batch, topic, partition, count, levels[-1][0]))
         name = self.name.encode()
         return [[(SIGNER, name), (BATCH, batch), (SIGNATURE, signature),
                  (PATH, struct.pack(">II", i, count) + _siblings(levels, i))] for i in range(count)]
+
+
+@lru_cache(maxsize=16)
+def _private_key(seed: bytes):
+    """The key object (deriving it from the seed costs as much as a signature)."""
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    return Ed25519PrivateKey.from_private_bytes(seed)
 
 
 def _siblings(levels: list[list[bytes]], index: int) -> bytes:

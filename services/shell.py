@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -59,6 +60,11 @@ TRACED_JOBS = 100_000
 TRACE_ROW = "trace/"
 #: A W3C traceparent's length (version 00): a header of any other length is not kept.
 TRACEPARENT_LENGTH = 55
+#: A replica that owns no cell while its consumer has been out of step with its group this long rejoins with a new
+#: consumer: librdkafka can stay out of its group after every broker went away (confluentinc/librdkafka#3396).
+UNSETTLED_S = 30.0
+#: How often the consumer reports its group state (librdkafka statistics), for the check above.
+GROUP_STATS_MS = 5_000
 
 
 @dataclass
@@ -110,11 +116,48 @@ class ServiceShell:
         self.timings = Timings()
         self.codec = EventCodec()
         self.name_prefix = name_prefix  # isolates group and transactional ids like the topic prefix does
-        self.consumer = EventConsumer(bootstrap_servers, f"{name_prefix}gangway-{decider.name}", topics, cells,
-                                      principal=self.principal)
+        self.group: tuple[str, str] = ("", "")  # the consumer's group state and join state, as it last reported
+        self.unsettled_since: float | None = None  # since when the consumer has not been steady in its group
+        self.unowned_since: float | None = time.monotonic()  # since when this replica has owned no cell
+        self.decoded_before = 0.0  # decode time of consumers replaced
+        self.consumer = self._join()
         self.cluster_id = self.consumer.cluster_id()
-        wanted = [topics.events] + ([topics.heartbeats] if decider.side_input else [])
-        self.consumer.subscribe(wanted, self._on_assign, self._on_revoke)
+
+    def _join(self) -> EventConsumer:
+        consumer = EventConsumer(self.bootstrap, f"{self.name_prefix}gangway-{self.decider.name}", self.topics,
+                                 self.cells, principal=self.principal,
+                                 **{"statistics.interval.ms": GROUP_STATS_MS, "stats_cb": self._on_stats})
+        wanted = [self.topics.events] + ([self.topics.heartbeats] if self.decider.side_input else [])
+        consumer.subscribe(wanted, self._on_assign, self._on_revoke)
+        return consumer
+
+    def _on_stats(self, stats: str) -> None:
+        group = json.loads(stats).get("cgrp") or {}
+        self.group = (group.get("state", ""), group.get("join_state", ""))
+        if self.group == ("up", "steady"):
+            self.unsettled_since = None
+        elif self.unsettled_since is None:
+            self.unsettled_since = time.monotonic()
+
+    def _rejoin_if_stuck(self) -> None:
+        """A replica owning no cell whose consumer has stayed out of step with its group: a new consumer joins it
+        (the old one leaves on a thread of its own: leaving can wait for a coordinator that does not answer)."""
+        now = time.monotonic()
+        if self.runtimes:
+            return
+        if self.unowned_since is not None and now - self.unowned_since >= UNSETTLED_S:
+            log.info("%s has owned no cell for %.0f s; its consumer's group state %s, join state %s",
+                     self.decider.name, now - self.unowned_since, *self.group)
+            self.unowned_since = None  # said once a spell
+        if self.unsettled_since is None or now - self.unsettled_since < UNSETTLED_S:
+            return
+        log.warning("%s owns no cell and its consumer has been out of step with its group for %.0f s (state %s, "
+                    "join state %s): joining again with a new consumer", self.decider.name, now - self.unsettled_since,
+                    *self.group)
+        stuck, self.consumer = self.consumer, self._join()
+        self.unsettled_since = None
+        self.decoded_before += stuck.decode_seconds
+        threading.Thread(target=stuck.close, name="stuck-consumer-close", daemon=True).start()
 
     # --- cells coming and going -------------------------------------------------------------
 
@@ -132,6 +175,7 @@ class ServiceShell:
             starts.append(TopicPartition(p.topic, p.partition, runtime.replica.offset + 1))
             log.info("%s owns %s from offset %d (committed %d)", self.decider.name, runtime.cell,
                      runtime.replica.offset + 1, committed)
+        self.unowned_since = None if self.runtimes else time.monotonic()
         consumer.assign(starts)
 
     def _on_revoke(self, consumer, partitions: list[TopicPartition]) -> None:
@@ -141,6 +185,8 @@ class ServiceShell:
                 self._save(runtime)
                 runtime.store.close()
                 log.info("%s gave up %s", self.decider.name, runtime.cell)
+        if not self.runtimes and self.unowned_since is None:
+            self.unowned_since = time.monotonic()
 
     def _open(self, partition: int) -> CellRuntime:
         cell = self.cells[partition]
@@ -205,7 +251,8 @@ class ServiceShell:
         records = self.consumer.poll(self.batch_size, timeout)
         if not records:
             self.consumer.flush_commits()  # quiet: the group's offsets catch up with what was consumed
-        self.timings.seconds["decode"] = self.consumer.decode_seconds
+            self._rejoin_if_stuck()
+        self.timings.seconds["decode"] = self.decoded_before + self.consumer.decode_seconds
         if records:
             self.timings.batches += 1
             self.timings.records += len(records)

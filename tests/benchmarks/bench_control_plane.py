@@ -12,12 +12,13 @@ Phase 2 (a fresh cell and topics) submits 2,000 gangs as fast as one producer ca
 gangs placed per second from the first submission to the last placement.
 
     python3 tests/benchmarks/bench_control_plane.py [--rate 200] [--seconds 10] [--burst 2000] [--direct]
-                                                    [--brokers 1|3]
+                                                    [--brokers 1|3] [--unsigned]
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import sys
 import tempfile
@@ -32,7 +33,7 @@ from confluent_kafka import Producer  # noqa: E402
 from confluent_kafka.admin import AdminClient  # noqa: E402
 
 from events import models as m  # noqa: E402
-from events.auth import client_config  # noqa: E402
+from events.auth import SIGNING_KEY_ENV, WRITER_KEYS_ENV, client_config  # noqa: E402
 from events.broker import LocalKafka, find_free_base_port, quiet_logger  # noqa: E402
 from events.codec import EventCodec  # noqa: E402
 from events.reader import LogReader  # noqa: E402
@@ -130,6 +131,8 @@ def main() -> int:
                         help="the local cluster's size: 3 replicates every topic three times, min.insync.replicas 2")
     parser.add_argument("--direct", action="store_true",
                         help="write submissions straight onto the cell's log instead of the team's input topic")
+    parser.add_argument("--unsigned", action="store_true",
+                        help="no record signed or checked (events/signing.py): what signing costs, side by side")
     args = parser.parse_args()
     codec = EventCodec()
     with tempfile.TemporaryDirectory(prefix="gangway-bench-") as scratch:
@@ -140,6 +143,9 @@ def main() -> int:
                                port=find_free_base_port(2 * args.brokers))
             bootstrap = kafka.start()
             use_admin_of(kafka)
+            if args.unsigned:  # the admin's identity from the environment, with no key: nobody signs or checks
+                os.environ.pop(SIGNING_KEY_ENV, None)
+                os.environ.pop(WRITER_KEYS_ENV, None)
         try:
             topics, plane, operator, watcher, launcher = setup(bootstrap, Path(scratch), "latency")
             ready = warm_up(launcher, topics, codec, operator, watcher, "latency", args.direct)
