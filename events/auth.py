@@ -116,8 +116,9 @@ def save_store(store: Mapping, data_dir: Path | None = None) -> None:
         out.write(json.dumps(store, indent=2, sort_keys=True) + "\n")
     tmp.replace(path)
     if store.get("signing"):  # the writers' public keys, for readers elsewhere (GANGWAY_WRITER_KEYS)
-        keys = path.with_name(WRITER_KEYS_FILE)
-        keys.write_text(json.dumps({k: v.hex() for k, v in _public_keys(store).items()}, indent=2, sort_keys=True))
+        keys, tmp = path.with_name(WRITER_KEYS_FILE), path.with_name(WRITER_KEYS_FILE + ".tmp")
+        tmp.write_text(json.dumps({k: v.hex() for k, v in _public_keys(store).items()}, indent=2, sort_keys=True))
+        tmp.replace(keys)  # whole or not at all, for a reader starting meanwhile
 
 
 def new_secret() -> str:

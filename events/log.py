@@ -20,11 +20,11 @@ from dataclasses import dataclass
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
-from events.auth import Credentials, client_config, signer, writer_keys
+from events.auth import WRITER_KEYS_ENV, WRITER_KEYS_FILE, AuthError, Credentials, client_config, signer, writer_keys
 from events.broker import quiet_logger
 from events.codec import EventCodec, UndecodableEvent
 from events.models import DeadLetter, Envelope, Event
-from events.signing import SIGNATURE_HEADERS, Unvouched, Verifier, may_write, vouched
+from events.signing import SIGNATURE_HEADERS, SIGNER, Unvouched, Verifier, may_write, vouched
 from events.topics import TopicNames, cell_partition
 
 log = logging.getLogger("gangway.log")
@@ -229,6 +229,8 @@ class EventProducer:
         """Produces a record; a signing writer holds its transaction's records back until they are signed."""
         if self._unsigned is not None:
             self._unsigned.append((topic, partition, key, value, headers))
+        elif self._signer is not None:
+            raise RuntimeError("a signing writer produces inside a transaction (EventProducer.transaction)")
         else:
             self._producer.produce(topic, key=key, value=value, partition=partition, headers=headers)
 
@@ -408,8 +410,14 @@ class EventConsumer:
                 event, error = self.codec.decode(message.value()), None
             except UndecodableEvent as undecodable:
                 event, error = None, undecodable
-            if self.verifier is not None and event is not None and message.topic() in self._signed:
-                event, error = self._vouch(message, event)
+            if message.topic() in self._signed:
+                if self.verifier is not None:
+                    if event is not None:
+                        event, error = self._vouch(message, event)
+                elif any(name == SIGNER for name, _ in message.headers() or ()):
+                    raise AuthError(f"the records of {message.topic()} are signed, and this reader has no writers' "
+                                    f"keys to check them with: set {WRITER_KEYS_ENV} to the {WRITER_KEYS_FILE} "
+                                    f"beside the broker's principal store")
             records.append(LogRecord(message.topic(), message.partition(), message.offset(), message.key(),
                                      message.value(), event, error, message.timestamp()[1],
                                      tuple(message.headers() or ())))

@@ -56,6 +56,9 @@ class CellState:
     #: How many retired jobs succeeded, the sum of the GPU-ms they received and of its squares: how much the
     #: service jobs need varies, which tells whether least attained service pays (services/core/queue.py)
     service_sums: tuple[int, int, int] = (0, 0, 0)
+    #: origin ('team/T', 'node/N', 'operator') -> the input-topic offset of the latest input the cell took from it:
+    #: the intake takes each input topic in order, so an input at or below it is a copy written again (refused)
+    taken: dict[str, int] = field(default_factory=dict)
     #: keys of the snapshot rows changed since a store last saved them (see projections/snapshot.py)
     dirty: set[str] = field(default_factory=set, compare=False, repr=False)
     #: False for a state no store saves (an audit's fold, the simulator's cell): `dirty` is then left empty,

@@ -34,6 +34,10 @@ def evolve(state: CellState, event: m.Event, offset: int) -> Refusal | None:
     if not state.cell:
         state.cell = event.envelope.cell
     refused = refusal(state, event)
+    envelope = event.envelope
+    if envelope.origin_offset is not None and envelope.origin is not None and \
+            not (refused is not None and refused.reason == m.Reason.NOT_ITS_WRITER):
+        _took(state, envelope.origin, envelope.origin_offset)
     if refused is not None:
         return refused
     _advance_time(state, event)
@@ -42,6 +46,13 @@ def evolve(state: CellState, event: m.Event, offset: int) -> Refusal | None:
         handler(state, event, offset)
         _mark_dirty(state, event)
     return None
+
+
+def _took(state: CellState, origin: str, origin_offset: int) -> None:
+    """The input at `origin_offset` of `origin`'s topic is taken in (folded or refused for what it says)."""
+    state.taken[origin] = origin_offset
+    if state.tracks_rows:
+        state.dirty.add(f"taken/{origin}")
 
 
 def advance(state: CellState, event: m.Event, offset: int) -> None:

@@ -35,6 +35,10 @@ def heartbeat_key(name: str) -> str:
     return f"heartbeat/{name}"
 
 
+def taken_key(origin: str) -> str:
+    return f"taken/{origin}"
+
+
 def retired_key(row: int) -> str:
     return f"retired/{row:09d}"
 
@@ -44,6 +48,7 @@ def all_keys(state: CellState) -> list[str]:
     return ([CELL_KEY, TENANCY_KEY] + [job_key(j) for j in sorted(state.jobs)]
             + [node_key(n) for n in sorted(state.cluster.nodes)]
             + [heartbeat_key(n) for n in sorted(state.last_heartbeat)]
+            + [taken_key(o) for o in sorted(state.taken)]
             + [retired_key(r) for r in range(rows)])
 
 
@@ -61,7 +66,7 @@ def _row(state: CellState, key: str) -> Any:
                 "limits": dataclasses.asdict(state.limits), "levels": list(state.cluster.levels),
                 "reservations": {j: list(n) for j, n in sorted(state.reservations.items())},
                 "ending": sorted(state.ending), "runtimes": [list(r) for r in state.runtimes],
-                "service_sums": list(state.service_sums)}
+                "service_sums": list(state.service_sums), "taken_rows": True}
     if key == TENANCY_KEY:
         t = state.tenancy
         return {
@@ -75,6 +80,8 @@ def _row(state: CellState, key: str) -> Any:
     if kind == "job":
         job = state.jobs.get(name)
         return None if job is None else _job(job)
+    if kind == "taken":
+        return state.taken.get(name)
     if kind == "node":
         node = state.cluster.nodes.get(name)
         return None if node is None else _node(node)
@@ -133,6 +140,8 @@ def restore(stored: Mapping[str, bytes]) -> CellState:
     cell = json.loads(stored[CELL_KEY])
     if "service_sums" not in cell:
         raise OutdatedSnapshot("its cell row has no service_sums (the succeeded jobs' GPU-time)")
+    if "taken_rows" not in cell:
+        raise OutdatedSnapshot("it keeps no input offsets taken per origin")
     state.cell, state.offset, state.now, state.clock = cell["cell"], cell["offset"], cell["now"], cell["clock"]
     state.limits = Limits(**cell["limits"])
     state.cluster.levels = tuple(cell["levels"])
@@ -162,6 +171,8 @@ def restore(stored: Mapping[str, bytes]) -> CellState:
                 t.held[held] = t.held.get(held, 0) + job.held_quota
         elif kind == "heartbeat":
             state.last_heartbeat[name] = json.loads(stored[key])
+        elif kind == "taken":
+            state.taken[name] = json.loads(stored[key])
         elif kind == "retired":
             state.retired_order += json.loads(stored[key])
     state.retired = set(state.retired_order)

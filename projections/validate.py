@@ -123,6 +123,10 @@ def _provenance(state, event: m.Event) -> Refusal | None:
                                                   f"{', '.join(sorted(allowed))} may decide it")
         return None
     why = not_its_writer(event, origin) if origin is not None else ""
+    taken = state.taken.get(origin, -1) if origin is not None and event.envelope.origin_offset is not None else None
+    if not why and taken is not None and event.envelope.origin_offset <= taken:
+        why = (f"a {event.event_type} from {origin}'s input offset {event.envelope.origin_offset}, which the cell "
+               f"has taken in already (up to offset {taken}): a copy written again")
     if not why and isinstance(event, m.JobCancelRequested) and event.team is not None:
         job = state.jobs.get(event.job_id)
         if job is not None and job.team != event.team:

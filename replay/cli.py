@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from events import broker_cli, load_cli, principal_cli, schemas_cli, topics_cli, trace_cli
+from events.auth import AuthError
 from projections import watch
 from replay import demo, log_cli, rebuild, verify
 from replay.api import cli as api_cli
@@ -61,7 +62,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    return args.run(args)
+    try:
+        return args.run(args)
+    except AuthError as error:  # a principal, key or credential problem: one line, as every command says it
+        print(f"gangway: {error}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

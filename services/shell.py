@@ -62,7 +62,8 @@ TRACE_ROW = "trace/"
 TRACEPARENT_LENGTH = 55
 #: A replica that owns no cell while its consumer has been out of step with its group this long rejoins with a new
 #: consumer: librdkafka can stay out of its group after every broker went away (confluentinc/librdkafka#3396).
-UNSETTLED_S = 30.0
+#: Longer than a rebalance takes here (every member rejoins at its next poll, within a batch's time).
+UNSETTLED_S = 60.0
 #: How often the consumer reports its group state (librdkafka statistics), for the check above.
 GROUP_STATS_MS = 5_000
 
@@ -120,15 +121,24 @@ class ServiceShell:
         self.unsettled_since: float | None = None  # since when the consumer has not been steady in its group
         self.unowned_since: float | None = time.monotonic()  # since when this replica has owned no cell
         self.decoded_before = 0.0  # decode time of consumers replaced
+        self._closing: threading.Thread | None = None  # a replaced consumer leaving its group
         self.consumer = self._join()
         self.cluster_id = self.consumer.cluster_id()
 
     def _join(self) -> EventConsumer:
+        """A consumer in the service's group; only the latest one's callbacks count (a replaced one may still
+        serve an assignment or a revocation while it closes)."""
+        generation = object()
+        self._generation = generation
+
+        def current(call):
+            return lambda *args: call(*args) if self._generation is generation else None
+
         consumer = EventConsumer(self.bootstrap, f"{self.name_prefix}gangway-{self.decider.name}", self.topics,
                                  self.cells, principal=self.principal,
-                                 **{"statistics.interval.ms": GROUP_STATS_MS, "stats_cb": self._on_stats})
+                                 **{"statistics.interval.ms": GROUP_STATS_MS, "stats_cb": current(self._on_stats)})
         wanted = [self.topics.events] + ([self.topics.heartbeats] if self.decider.side_input else [])
-        consumer.subscribe(wanted, self._on_assign, self._on_revoke)
+        consumer.subscribe(wanted, current(self._on_assign), current(self._on_revoke))
         return consumer
 
     def _on_stats(self, stats: str) -> None:
@@ -151,13 +161,16 @@ class ServiceShell:
             self.unowned_since = None  # said once a spell
         if self.unsettled_since is None or now - self.unsettled_since < UNSETTLED_S:
             return
+        if self._closing is not None and self._closing.is_alive():
+            return  # the consumer replaced last has not left yet: one at a time
         log.warning("%s owns no cell and its consumer has been out of step with its group for %.0f s (state %s, "
                     "join state %s): joining again with a new consumer", self.decider.name, now - self.unsettled_since,
                     *self.group)
         stuck, self.consumer = self.consumer, self._join()
         self.unsettled_since = None
         self.decoded_before += stuck.decode_seconds
-        threading.Thread(target=stuck.close, name="stuck-consumer-close", daemon=True).start()
+        self._closing = threading.Thread(target=stuck.close, name="stuck-consumer-close", daemon=True)
+        self._closing.start()
 
     # --- cells coming and going -------------------------------------------------------------
 

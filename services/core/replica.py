@@ -69,13 +69,20 @@ class Replica:
             return []
         overlay = self._overlay
         if overlay is not None and overlay.laid:
-            own = event.is_decision and event.envelope.producer == self.decider.name
+            own = self._own(event)
             if own and overlay.oldest() is self.assumed.get(event.envelope.event_id):
                 overlay.land(overlay.oldest(), offset)  # already folded, exactly as the log has it
                 return self.answer(offset, event)
             if own or not overlay.commutes(event):
                 self.settle()
         return self.answer(offset, event, fold(self.state, event, offset))
+
+    def _own(self, event: m.Event) -> bool:
+        """One of this decider's decisions, read back: a record in its name that its signature does not vouch for
+        (events/signing.py) is someone else's, even with the id of a decision in flight."""
+        envelope = event.envelope
+        return event.is_decision and envelope.producer == self.decider.name and \
+            not (envelope.origin or "").startswith(m.UNVERIFIED)
 
     def settle(self) -> None:
         """Lifts the decisions in flight: the state is the log folded in order again."""
@@ -89,7 +96,7 @@ class Replica:
         replica whose decider answers refusals; a decider that fails on a record answers it with its own
         refusal; decisions that could not be written to the log are replaced by one. All of this is a function
         of the log, so every replica and every replay does the same."""
-        if event.is_decision and event.envelope.producer == self.decider.name:
+        if self._own(event):
             self.assumed.pop(event.envelope.event_id, None)  # read back: folded where it landed
         if refused is not None:
             if not self.decider.answers_refusals:

@@ -15,7 +15,7 @@ from pathlib import Path
 from confluent_kafka import Consumer, TopicPartition
 
 from events import models as m
-from events.auth import client_config
+from events.auth import SIGNING_KEY_ENV, WRITER_KEYS_ENV, client_config, load_store, service_principal
 from events.log import EventProducer
 from events.reader import LogReader
 from events.submission import job_submitted
@@ -27,6 +27,16 @@ ROOT = Path(__file__).resolve().parents[2]
 SERVICES = ("admitter", "placer", "preemptor", "recovery")
 
 
+def own_signing_key(service: str) -> dict[str, str]:
+    """The environment a service's process signs with its own key in (events/signing.py), from the principal store
+    beside the writers' keys this process checks against; nothing when records are not signed."""
+    keys = os.environ.get(WRITER_KEYS_ENV)
+    if not keys:
+        return {}
+    entry = load_store(Path(keys).parent).get("principals", {}).get(service_principal(service), {})
+    return {SIGNING_KEY_ENV: f"{service}:{entry['signing_key']}"} if "signing_key" in entry else {}
+
+
 class ControlPlane:
     """The four services as real processes, started and killed at will."""
 
@@ -36,17 +46,18 @@ class ControlPlane:
         self.processes: dict[str, subprocess.Popen] = {}
 
     def start(self, service: str, replica: str = "") -> None:
+        """A service (or the intake, or the clock) as a process that signs what it writes with its own key."""
         policy = ["--policy", self.policy] if self.policy and service != "intake" else []
         self.command(service + replica, "run", service, "--state-dir", str(self.state_dir / (replica or "main")),
-                     *policy, "-v")
+                     *policy, "-v", env=own_signing_key(service))
 
-    def command(self, name: str, *args: str) -> None:
+    def command(self, name: str, *args: str, env: dict[str, str] | None = None) -> None:
         """Any `gangway` command as a process on this broker and these cells, logging to <state_dir>/<name>.log."""
         log = open(self.state_dir / f"{name}.log", "ab")  # noqa: SIM115 - owned by the process
         self.processes[name] = subprocess.Popen(
             [sys.executable, "-m", "replay.cli", *args, "--bootstrap-servers", self.bootstrap,
              "--cells", ",".join(self.cells)],
-            cwd=ROOT, env=dict(os.environ), stdout=log, stderr=subprocess.STDOUT)
+            cwd=ROOT, env={**os.environ, **(env or {})}, stdout=log, stderr=subprocess.STDOUT)
 
     def tails(self, lines: int = 8) -> str:
         """The last lines each process logged, for an assertion's message."""

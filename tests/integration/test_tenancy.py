@@ -19,6 +19,7 @@ from events.broker import quiet_logger
 from events.codec import EventCodec
 from events.launcher.spec import parse_document
 from events.log import EventConsumer, ensure_input_topic
+from events.reader import LogReader
 from events.signing import Signer
 from events.submission import job_submitted
 from events.topics import TopicNames
@@ -144,6 +145,10 @@ def test_forged_records_are_dead_lettered_with_their_reason_and_never_folded(kaf
             isinstance(x, m.JobPlaced) and x.job_id == "vision-job" for x in es))
         taken = next(x for _, x in logged if isinstance(x, m.JobSubmitted))
         assert (taken.envelope.origin, taken.envelope.origin_offset) == ("team/vision", 0)
+        # Each writer signed what it wrote with its own key, and every reader took it.
+        with LogReader(["cell-a"], kafka_bootstrap, all_cells=["cell-a"], topics=topics) as reader:
+            signers = {(r.event.event_type, r.header("gw-signer")) for r in reader.read() if r.event is not None}
+        assert {("JobSubmitted", "intake"), ("JobAdmitted", "admitter"), ("JobPlaced", "admitter")} <= signers
 
         # 1. nlp writes, on its own topic, a submission for vision: the intake dead-letters it.
         e = operator.envelope(producer="launcher")

@@ -7,7 +7,8 @@ import pytest
 
 from events import models as m
 from events.signing import Signer, Verifier, may_write, public_key, vouched
-from tests.builders import env, fold, quota, team
+from projections.cell import CellState
+from tests.builders import env, fold, quota, team, topology
 
 TOPIC = "gangway.events"
 SEEDS = {name: bytes([i]) * 32 for i, name in enumerate(("admin", "admitter", "placer", "clock", "intake"), 1)}
@@ -92,3 +93,56 @@ def test_a_record_with_two_signatures_is_not_vouched_for() -> None:
     other = signed("admin", [b"y"])[0]
     assert verifier().signer_of(TOPIC, 0, b"x", [*other, *mine]) is None
     assert verifier().signer_of(TOPIC, 0, b"x", mine) == "admitter"
+
+
+def test_a_forged_copy_of_a_decision_in_flight_does_not_land_in_its_place() -> None:
+    """A record in the admitter's name with the id of its decision in flight, but not signed by it: refused, and
+    the decision stays in flight until the admitter's own record lands."""
+    from services.admitter.decide import Admitter
+    from services.core.replica import Replica
+    from services.policy import DEFAULT_POLICY
+    from tests.builders import job, node
+
+    replica = Replica(Admitter(), DEFAULT_POLICY, CellState(cell="test-cell"))
+    offset = 0
+    for event in (topology("rack"), node("n0", rack="r0"), team("nlp"), quota("nlp", 8)):
+        replica.consume(offset, event)
+        offset += 1
+    decided = replica.consume(offset, job("j", gpus=8))
+    admitted = next(d for d in decided if isinstance(d, m.JobAdmitted))
+    answer = replica.consume(offset + 1, vouched(admitted, "placer"))
+    assert [(type(d).__name__, d.envelope.reason) for d in answer] == [("RecordRefused", m.Reason.NOT_ITS_WRITER)]
+    assert admitted.envelope.event_id in replica.assumed
+    replica.consume(offset + 2, admitted)  # the admitter's own record
+    assert admitted.envelope.event_id not in replica.assumed
+    assert replica.state.jobs["j"].state.value in ("admitted", "placed")
+
+
+def taken_in(event: m.Event, origin: str, origin_offset: int) -> m.Event:
+    """An input as the intake writes it onto the cell's log."""
+    return event.model_copy(update={"envelope": event.envelope.model_copy(
+        update={"origin": origin, "origin_offset": origin_offset})})
+
+
+def test_a_signed_input_written_again_is_refused() -> None:
+    """A signature says who wrote a record, not when: a copy of an input written again carries an input offset its
+    origin has passed, and the fold refuses it (here an old quota, which would roll the team's quota back)."""
+    cell = fold(taken_in(team("nlp"), "operator", 0), taken_in(quota("nlp", 64), "operator", 1),
+                taken_in(quota("nlp", 16), "operator", 2), taken_in(quota("nlp", 64), "operator", 1),
+                taken_in(quota("nlp", 32), "operator", 7))
+    refused = [(e.refused_type, e.envelope.reason, e.detail) for e in cell.log if isinstance(e, m.RecordRefused)]
+    assert refused == [("QuotaSet", m.Reason.NOT_ITS_WRITER, "a QuotaSet from operator's input offset 1, which the "
+                        "cell has taken in already (up to offset 2): a copy written again")]
+    assert cell.state.tenancy.quotas[("nlp", "H100")].nominal == 32
+    assert cell.state.taken == {"operator": 7}
+
+
+def test_the_input_offsets_taken_survive_a_save_and_restore(tmp_path) -> None:
+    from projections.store import ProjectionStore
+
+    from tests.builders import job
+
+    cell = fold(taken_in(team("nlp"), "operator", 4), taken_in(job("j", gpus=8), "team/nlp", 9))
+    store = ProjectionStore(tmp_path / "store")
+    store.save(cell.state, everything=True)
+    assert store.load().taken == {"operator": 4, "team/nlp": 9}
