@@ -146,3 +146,20 @@ def test_the_input_offsets_taken_survive_a_save_and_restore(tmp_path) -> None:
     store = ProjectionStore(tmp_path / "store")
     store.save(cell.state, everything=True)
     assert store.load().taken == {"operator": 4, "team/nlp": 9}
+
+
+def test_a_process_takes_back_what_it_signed_itself_without_checking_again() -> None:
+    """A service reading back its own decisions skips the signature check; only a root signed here with the
+    writer's own key counts so (a key signing in another writer's name does not)."""
+    check = verifier()
+
+    class Refuses:
+        def verify(self, *_):
+            raise AssertionError("checked again")
+
+    check._keys = {name: Refuses() for name in SEEDS}
+    mine = signed("admitter", [b"decision"])[0]
+    assert check.signer_of(TOPIC, 0, b"decision", mine) == "admitter"
+    forged = Signer("admitter", SEEDS["placer"]).sign(TOPIC, 0, [b"decision"])[0]
+    with pytest.raises(AssertionError, match="checked again"):
+        check.signer_of(TOPIC, 0, b"decision", forged)
