@@ -170,9 +170,12 @@ def signer(principal: str | Credentials | None, bootstrap: str, data_dir: Path |
     if given:
         name, _, seed = given.partition(":")
         try:
-            return Signer(name, bytes.fromhex(seed))
+            key = bytes.fromhex(seed)
         except ValueError:
-            raise AuthError(f"{SIGNING_KEY_ENV} is not '<writer>:<64 hex digits>'") from None
+            key = b""
+        if not name or len(key) != 32:
+            raise AuthError(f"{SIGNING_KEY_ENV} is not '<writer>:<64 hex digits>'")
+        return Signer(name, key)
     if os.environ.get("GANGWAY_KAFKA_USER"):
         return None
     store = _signing_store(bootstrap, data_dir)
@@ -188,9 +191,13 @@ def writer_keys(bootstrap: str, data_dir: Path | None = None) -> dict[str, bytes
     path = os.environ.get(WRITER_KEYS_ENV)
     if path:
         try:
-            return {name: bytes.fromhex(key) for name, key in json.loads(Path(path).read_text()).items()}
-        except (OSError, ValueError, AttributeError) as error:
+            keys = {str(name): bytes.fromhex(key) for name, key in json.loads(Path(path).read_text()).items()}
+        except (OSError, ValueError, AttributeError, TypeError) as error:
             raise AuthError(f"cannot read the writers' keys {path} ({WRITER_KEYS_ENV}): {error}") from None
+        wrong = sorted(name for name, key in keys.items() if len(key) != 32)
+        if wrong:
+            raise AuthError(f"the writers' keys {path} ({WRITER_KEYS_ENV}): {wrong[0]!r} is not a 32-byte Ed25519 key")
+        return keys
     if os.environ.get("GANGWAY_KAFKA_USER"):
         return None
     store = _signing_store(bootstrap, data_dir)

@@ -6,9 +6,14 @@ from __future__ import annotations
 import pytest
 
 from events import models as m
+from events.auth import AuthError, signer, writer_keys
 from events.signing import Signer, Verifier, may_write, public_key, vouched
 from projections.cell import CellState
-from tests.builders import env, fold, quota, team, topology
+from projections.store import ProjectionStore
+from services.admitter.decide import Admitter
+from services.core.replica import Replica
+from services.policy import DEFAULT_POLICY
+from tests.builders import env, fold, job, node, quota, team, topology
 
 TOPIC = "gangway.events"
 SEEDS = {name: bytes([i]) * 32 for i, name in enumerate(("admin", "admitter", "placer", "clock", "intake"), 1)}
@@ -98,11 +103,6 @@ def test_a_record_with_two_signatures_is_not_vouched_for() -> None:
 def test_a_forged_copy_of_a_decision_in_flight_does_not_land_in_its_place() -> None:
     """A record in the admitter's name with the id of its decision in flight, but not signed by it: refused, and
     the decision stays in flight until the admitter's own record lands."""
-    from services.admitter.decide import Admitter
-    from services.core.replica import Replica
-    from services.policy import DEFAULT_POLICY
-    from tests.builders import job, node
-
     replica = Replica(Admitter(), DEFAULT_POLICY, CellState(cell="test-cell"))
     offset = 0
     for event in (topology("rack"), node("n0", rack="r0"), team("nlp"), quota("nlp", 8)):
@@ -138,10 +138,6 @@ def test_a_signed_input_written_again_is_refused() -> None:
 
 
 def test_the_input_offsets_taken_survive_a_save_and_restore(tmp_path) -> None:
-    from projections.store import ProjectionStore
-
-    from tests.builders import job
-
     cell = fold(taken_in(team("nlp"), "operator", 4), taken_in(job("j", gpus=8), "team/nlp", 9))
     store = ProjectionStore(tmp_path / "store")
     store.save(cell.state, everything=True)
@@ -163,3 +159,22 @@ def test_a_process_takes_back_what_it_signed_itself_without_checking_again() -> 
     forged = Signer("admitter", SEEDS["placer"]).sign(TOPIC, 0, [b"decision"])[0]
     with pytest.raises(AssertionError, match="checked again"):
         check.signer_of(TOPIC, 0, b"decision", forged)
+
+
+@pytest.mark.parametrize("given", ["admin:xyz", "admin:abcd", ":" + "00" * 32, "admin"])
+def test_a_malformed_signing_key_is_one_clear_error(monkeypatch, given: str) -> None:
+    monkeypatch.setenv("GANGWAY_SIGNING_KEY", given)
+    with pytest.raises(AuthError, match="is not '<writer>:<64 hex digits>'"):
+        signer(None, "127.0.0.1:9092")
+
+
+@pytest.mark.parametrize("content", ['{"admitter": "zz"}', '{"admitter": "abcd"}', '["x"]', "not json"])
+def test_a_malformed_keys_file_is_one_clear_error(monkeypatch, tmp_path, content: str) -> None:
+    path = tmp_path / "writer-keys.json"
+    path.write_text(content)
+    monkeypatch.setenv("GANGWAY_WRITER_KEYS", str(path))
+    with pytest.raises(AuthError, match="writers' keys"):
+        writer_keys("127.0.0.1:9092")
+    monkeypatch.setenv("GANGWAY_WRITER_KEYS", str(tmp_path / "missing.json"))
+    with pytest.raises(AuthError, match="No such file"):
+        writer_keys("127.0.0.1:9092")
