@@ -230,7 +230,7 @@ class EventProducer:
         if self._unsigned is not None:
             self._unsigned.append((topic, partition, key, value, headers))
         elif self._signer is not None:
-            raise RuntimeError("a signing writer produces inside a transaction (EventProducer.transaction)")
+            raise RuntimeError("a signing writer produces only inside a transaction (EventProducer.transaction)")
         else:
             self._producer.produce(topic, key=key, value=value, partition=partition, headers=headers)
 
