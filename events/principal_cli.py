@@ -38,7 +38,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                     "(writes team NAME's submissions and cancels), agent NODE... (its node's facts), operator "
                     "(configuration and cordons), reader (reads every topic), fleet (the simulated fleet: every "
                     "node), service NAME... (admitter, placer, preemptor, recovery, clock, intake). Services, "
-                    "operator, reader and fleet exist from `gangway kafka start` on.")
+                    "operator, reader and fleet exist from `gangway kafka start` on. A service also gets the key it "
+                    "signs the cells' log with (printed as GANGWAY_SIGNING_KEY; readers elsewhere check records "
+                    "against writer-keys.json beside the store, GANGWAY_WRITER_KEYS).")
     add.add_argument("kind", choices=KINDS)
     add.add_argument("names", nargs="*", help="team names, node names or service names")
     add.add_argument("--bootstrap-servers", default=os.environ.get("KAFKA_BOOTSTRAP_SERVERS", "127.0.0.1:9092"))
