@@ -15,6 +15,10 @@ one transaction, then saves the replica's state with its offset in one RocksDB w
 - Undecodable records go to the dead-letter topic inside the same transaction; so does a record the cell
   refused because its writer may not write it (NOT_ITS_WRITER: a decision from another producer, a request
   from another team), besides the refusal on the log.
+- A replica that owns no cell while its consumer stays out of step with its group (librdkafka's statistics)
+  joins again with a new consumer: after every broker went away, a consumer was once seen never to rejoin.
+- Every record of the cell's log is checked against its writer's signature as it is read (events/signing.py);
+  what the shell writes, its producer signs.
 - Tracing: each decision written gets a span (events/tracing.py), child of its job's trace (the traceparent
   of the job's latest traced record) and linked to the record that triggered it; its traceparent travels in
   the decision's record headers.
