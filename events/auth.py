@@ -196,7 +196,8 @@ def writer_keys(bootstrap: str, data_dir: Path | None = None) -> dict[str, bytes
             raise AuthError(f"cannot read the writers' keys {path} ({WRITER_KEYS_ENV}): {error}") from None
         wrong = sorted(name for name, key in keys.items() if len(key) != 32)
         if wrong:
-            raise AuthError(f"the writers' keys {path} ({WRITER_KEYS_ENV}): {wrong[0]!r} is not a 32-byte Ed25519 key")
+            raise AuthError(f"the writers' keys {path} ({WRITER_KEYS_ENV}): {wrong[0]!r} is not a 32-byte "
+                            f"Ed25519 key")
         return keys
     if os.environ.get("GANGWAY_KAFKA_USER"):
         return None

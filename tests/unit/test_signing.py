@@ -86,7 +86,8 @@ def test_a_record_its_signer_may_not_write_is_refused_by_the_fold_and_never_fold
                 vouched(quota("nlp", 16), "intake"))
     refused = [(e.refused_type, e.envelope.reason, e.detail) for e in cell.log if isinstance(e, m.RecordRefused)]
     assert refused == [
-        ("QuotaSet", m.Reason.NOT_ITS_WRITER, "a QuotaSet claiming 'test' is signed by 'placer', which may not write it"),
+        ("QuotaSet", m.Reason.NOT_ITS_WRITER,
+         "a QuotaSet claiming 'test' is signed by 'placer', which may not write it"),
         ("JobAdmitted", m.Reason.NOT_ITS_WRITER, "a JobAdmitted claiming 'admitter' is not signed by any writer of the log"),
     ]
     assert cell.state.tenancy.quotas[("nlp", "H100")].nominal == 16
