@@ -4,9 +4,9 @@ checks the signature against the writer the record claims before the record is f
 Kafka authorizes per topic, so any service principal may write the cell's log and a record's `producer` is
 only a claim (events/auth.py). Each writer of the log (the four deciders, the clock, the intake, the admin)
 holds an Ed25519 key (PyNaCl: libsodium) in the principal store. A transaction signs, per partition it writes,
-one Merkle root over the SHA-256 of its records' values; each record carries the signature, the batch and its path to the root
-(headers `gw-signer`, `gw-batch`, `gw-sig`, `gw-path`), so a reader starting anywhere in the log checks any
-record alone, and pays one signature check per batch (the roots it has checked are remembered).
+one Merkle root over the SHA-256 of its records' values; each record carries the signature, the batch and its
+path to the root (headers `gw-signer`, `gw-batch`, `gw-sig`, `gw-path`), so a reader starting anywhere in the
+log checks any record alone, and pays one signature check per batch (the roots it has checked are remembered).
 
 A record its claimed writer did not sign (unsigned, another writer's key, a value changed after signing) is
 marked `origin = "unverified/<signer>"`: the fold refuses it as NOT_ITS_WRITER (projections/validate.py), on
