@@ -139,8 +139,8 @@ def credentials(principal: str | Credentials | None, bootstrap: str, data_dir: P
         if not password:
             raise AuthError("GANGWAY_KAFKA_USER is set but GANGWAY_KAFKA_PASSWORD is not")
         return Credentials(user, password)
-    store = load_store(data_dir)
-    if not store or set(store.get("bootstrap", "").split(",")) != set(bootstrap.split(",")):
+    store = _local_store(bootstrap, data_dir)
+    if not store:
         return None
     wanted = principal or ADMIN
     known = store.get("principals", {}).get(wanted)
@@ -205,11 +205,16 @@ def writer_keys(bootstrap: str, data_dir: Path | None = None) -> dict[str, bytes
     return _public_keys(store) if store else None
 
 
-def _signing_store(bootstrap: str, data_dir: Path | None) -> dict | None:
+def _local_store(bootstrap: str, data_dir: Path | None) -> dict:
+    """The principal store when `bootstrap` is its broker (the local one), else {}."""
     store = load_store(data_dir)
-    if not store.get("signing") or set(store.get("bootstrap", "").split(",")) != set(bootstrap.split(",")):
-        return None
-    return store
+    return store if store and set(store.get("bootstrap", "").split(",")) == set(bootstrap.split(",")) else {}
+
+
+def _signing_store(bootstrap: str, data_dir: Path | None) -> dict | None:
+    """The local broker's store when it was made with signing, else None."""
+    store = _local_store(bootstrap, data_dir)
+    return store if store.get("signing") else None
 
 
 def _public_keys(store: Mapping) -> dict[str, bytes]:
