@@ -406,29 +406,31 @@ class EventConsumer:
                 if self._pattern and message.error().code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
                     continue  # a pattern that matches no topic yet (no team or node has written)
                 raise KafkaException(message.error())
+            topic, value, headers = message.topic(), message.value(), tuple(message.headers() or ())
             try:
-                event, error = self.codec.decode(message.value()), None
+                event, error = self.codec.decode(value), None
             except UndecodableEvent as undecodable:
                 event, error = None, undecodable
-            if message.topic() in self._signed:
-                if self.verifier is not None:
-                    if event is not None:
-                        event, error = self._vouch(message, event)
-                elif any(name == SIGNER for name, _ in message.headers() or ()):
-                    raise AuthError(f"the records of {message.topic()} are signed, and this reader has no writers' "
-                                    f"keys to check them with: set {WRITER_KEYS_ENV} to the {WRITER_KEYS_FILE} "
-                                    f"beside the broker's principal store")
-            records.append(LogRecord(message.topic(), message.partition(), message.offset(), message.key(),
-                                     message.value(), event, error, message.timestamp()[1],
-                                     tuple(message.headers() or ())))
+            if event is not None and topic in self._signed:
+                event, error = self._vouch(topic, message.partition(), value, headers, event)
+            records.append(LogRecord(topic, message.partition(), message.offset(), message.key(), value, event, error,
+                                     message.timestamp()[1], headers))
         self.decode_seconds += time.perf_counter() - began
         return records
 
-    def _vouch(self, message, event: Event) -> tuple[Event | None, Exception | None]:
+    def _vouch(self, topic: str, partition: int, value: bytes, headers: Headers,
+               event: Event) -> tuple[Event | None, Exception | None]:
         """The event as its signature vouches for it: on the cell's log marked unverified when its signer may
-        not write it (the fold refuses it); a heartbeat so signed is dropped (it is side input, never folded)."""
-        who = self.verifier.signer_of(message.topic(), message.partition(), message.value(), message.headers() or ())
-        if message.topic() == self._signed[0]:
+        not write it (the fold refuses it); a heartbeat so signed is dropped (it is side input, never folded). A
+        reader without the writers' keys stops at the first signed record rather than fold it unchecked."""
+        if self.verifier is None:
+            if any(name == SIGNER for name, _ in headers):
+                raise AuthError(f"the records of {topic} are signed, and this reader has no writers' keys to check "
+                                f"them with: set {WRITER_KEYS_ENV} to the {WRITER_KEYS_FILE} beside the broker's "
+                                f"principal store")
+            return event, None
+        who = self.verifier.signer_of(topic, partition, value, headers)
+        if topic == self._signed[0]:
             return vouched(event, who), None
         if may_write(who, event):
             return event, None
