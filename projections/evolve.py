@@ -36,7 +36,7 @@ def evolve(state: CellState, event: m.Event, offset: int) -> Refusal | None:
     refused = refusal(state, event)
     envelope = event.envelope
     if envelope.origin_offset is not None and envelope.origin is not None and \
-            not (refused is not None and refused.reason == m.Reason.NOT_ITS_WRITER):
+            (refused is None or refused.reason not in _NOT_TAKEN):
         _took(state, envelope.origin, envelope.origin_offset)
     if refused is not None:
         return refused
@@ -46,6 +46,11 @@ def evolve(state: CellState, event: m.Event, offset: int) -> Refusal | None:
         handler(state, event, offset)
         _mark_dirty(state, event)
     return None
+
+
+#: Refusals of an input that do not count it as taken in: not its origin's to write, or too large to keep (an
+#: origin of any length would become a row's key).
+_NOT_TAKEN = (m.Reason.NOT_ITS_WRITER, m.Reason.OVERSIZED)
 
 
 def _took(state: CellState, origin: str, origin_offset: int) -> None:

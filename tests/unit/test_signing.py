@@ -179,3 +179,20 @@ def test_a_malformed_keys_file_is_one_clear_error(monkeypatch, tmp_path, content
     monkeypatch.setenv("GANGWAY_WRITER_KEYS", str(tmp_path / "missing.json"))
     with pytest.raises(AuthError, match="No such file"):
         writer_keys("127.0.0.1:9092")
+
+
+@pytest.mark.parametrize("origin_offset", [0, 10**9, 2**63 - 1])
+def test_hostile_inputs_taken_in_never_stop_the_fold_and_keep_no_oversized_origin(origin_offset: int) -> None:
+    """Input offsets of any size, a node name of 200,000 characters, another node's fact, a time far ahead: each
+    is folded or refused, and the cell keeps an offset only for origins that fit in a row."""
+    huge = "n" * 200_000
+    replica = Replica(Admitter(), DEFAULT_POLICY, CellState(cell="test-cell"))
+    inputs = [topology("rack"), node("n0", rack="r0"), team("nlp"), quota("nlp", 64),
+              taken_in(job("a"), "team/nlp", origin_offset), taken_in(job("b"), "team/nlp", -1),
+              taken_in(node(huge), f"node/{huge}", 5), taken_in(node("n9"), "node/n1", 6),
+              taken_in(job("c", at=2**62), "team/nlp", 2**63 - 1), taken_in(job("d"), f"team/{huge}", 7)]
+    refused = []
+    for offset, event in enumerate(inputs):
+        refused += [d.envelope.reason for d in replica.consume(offset, event) if isinstance(d, m.RecordRefused)]
+    assert m.Reason.OVERSIZED in refused and refused.count(m.Reason.NOT_ITS_WRITER) >= 3
+    assert set(replica.state.taken) == {"team/nlp"}
