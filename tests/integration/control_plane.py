@@ -18,6 +18,7 @@ from events import models as m
 from events.auth import SIGNING_KEY_ENV, WRITER_KEYS_ENV, client_config, load_store, service_principal
 from events.log import EventProducer
 from events.reader import LogReader
+from events.signing import Signer
 from events.submission import job_submitted
 from events.topics import TopicNames
 from projections.cell import CellState
@@ -27,14 +28,18 @@ ROOT = Path(__file__).resolve().parents[2]
 SERVICES = ("admitter", "placer", "preemptor", "recovery")
 
 
-def own_signing_key(service: str) -> dict[str, str]:
-    """The environment a service's process signs with its own key in (events/signing.py), from the principal store
-    beside the writers' keys this process checks against; nothing when records are not signed."""
+def service_signer(service: str) -> Signer | None:
+    """A service's own signing key (events/signing.py), from the principal store beside the writers' keys this
+    process checks against; None when records are not signed."""
     keys = os.environ.get(WRITER_KEYS_ENV)
-    if not keys:
-        return {}
-    entry = load_store(Path(keys).parent).get("principals", {}).get(service_principal(service), {})
-    return {SIGNING_KEY_ENV: f"{service}:{entry['signing_key']}"} if "signing_key" in entry else {}
+    entry = load_store(Path(keys).parent).get("principals", {}).get(service_principal(service), {}) if keys else {}
+    return Signer(service, bytes.fromhex(entry["signing_key"])) if "signing_key" in entry else None
+
+
+def own_signing_key(service: str) -> dict[str, str]:
+    """The environment a service's process signs with its own key in; nothing when records are not signed."""
+    key = service_signer(service)
+    return {SIGNING_KEY_ENV: f"{service}:{key.seed.hex()}"} if key is not None else {}
 
 
 class ControlPlane:

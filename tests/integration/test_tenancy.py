@@ -5,7 +5,6 @@ record is dead-lettered with its reason and never folded. And one submission is 
 
 from __future__ import annotations
 
-import os
 import time
 import uuid
 from pathlib import Path
@@ -14,18 +13,17 @@ import pytest
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
 
 from events import models as m
-from events.auth import Credentials, agent_principal, client_config, load_store, service_principal, team_principal
+from events.auth import Credentials, agent_principal, client_config, service_principal, team_principal
 from events.broker import quiet_logger
 from events.codec import EventCodec
 from events.launcher.spec import parse_document
 from events.log import EventConsumer, ensure_input_topic
 from events.reader import LogReader
-from events.signing import Signer
 from events.submission import job_submitted
 from events.topics import TopicNames
 from events.tracing import job_traces, read_spans
 from services.launcher import Client
-from tests.integration.control_plane import ControlPlane, Operator, read_log
+from tests.integration.control_plane import ControlPlane, Operator, read_log, service_signer
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 
@@ -173,8 +171,8 @@ def test_forged_records_are_dead_lettered_with_their_reason_and_never_folded(kaf
                 update={"reason": m.Reason.WITHIN_NOMINAL_QUOTA, "basis_offset": 0}),
             job_id=job, team="vision", gpu_type="H100", gpus=8,
             assignments=[m.WorkerAssignment(worker=0, node="cell-a-n1", gpus=list(range(8)))]))
-        placer = Signer("placer", bytes.fromhex(
-            load_store(Path(os.environ["GANGWAY_TEST_KAFKA_DATA"]))["principals"]["service.placer"]["signing_key"]))
+        placer = service_signer("placer")
+        assert placer is not None, "the suite's broker signs its logs"
         value = as_admitter("vision-job")
         assert refused_write(kafka_bootstrap, service_principal("placer"), topics.events, value,
                              placer.sign(topics.events, 0, [value])[0]) is None
