@@ -186,8 +186,10 @@ class EventProducer:
                 if error is None or time.monotonic() > deadline:
                     raise
                 log.warning("transaction of %s failed (%s), writing it again", self._config["transactional.id"], error)
-                if error.fatal():
-                    self._start()  # the old producer is unusable; a new one resumes the transactional id
+                if error.fatal() or error.code() == KafkaError._CONFLICT:
+                    # The old producer is unusable (or stuck in an abort that never returns, so every call
+                    # conflicts with it): a new one resumes the transactional id and fences it.
+                    self._start()
                 elif not (error.retriable() or error.txn_requires_abort() or error.code() in _COORDINATOR_MOVING):
                     raise
             time.sleep(pause)
