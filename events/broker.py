@@ -581,6 +581,15 @@ def quiet_logger() -> logging.Logger:
     return logger
 
 
+def unreachable(bootstrap_servers: str, hint: str = "") -> str:
+    """'' when a broker answers at `bootstrap_servers` (within 5 s); else the one line that says none does and how
+    to start one, with `hint` as one more way out."""
+    if cluster_node_ids(bootstrap_servers, timeout=5):
+        return ""
+    return (f"no Kafka broker answers at {bootstrap_servers} (start one with `gangway kafka start`, or set "
+            f"KAFKA_BOOTSTRAP_SERVERS / --bootstrap-servers{hint})")
+
+
 def cluster_node_ids(bootstrap_servers: str, timeout: float = 5.0, credentials=None) -> list[int]:
     """The broker ids the cluster reports (empty if it does not answer in time)."""
     from confluent_kafka.admin import AdminClient

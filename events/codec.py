@@ -13,8 +13,9 @@ from enum import StrEnum
 from fastavro import schemaless_reader, schemaless_writer
 from pydantic import ValidationError
 
+from events.decoder import Damaged, reader_for
 from events.models import EVENT_TYPES_BY_NAME, Event
-from events.schema_catalogue import SchemaCatalogue, default_catalogue
+from events.schema_catalogue import SchemaCatalogue, SchemaVersion, default_catalogue
 
 MAGIC = b"\xc3\x01"
 HEADER_SIZE = len(MAGIC) + 8
@@ -72,11 +73,11 @@ class EventCodec:
         reader = self.catalogue.current.get(writer.name)
         if model is None or reader is None:
             raise UndecodableEvent(Undecodable.UNKNOWN_EVENT_TYPE, f"{writer.name} is no longer an event type")
+        if writer.fingerprint == reader.fingerprint:
+            return _read_current(writer, data)
         body = io.BytesIO(data[HEADER_SIZE:])
         try:
-            # Same schema: no resolution step needed, which halves the cost of reading.
-            resolve = None if writer.fingerprint == reader.fingerprint else reader.parsed
-            record = schemaless_reader(body, writer.parsed, resolve)
+            record = schemaless_reader(body, writer.parsed, reader.parsed)
         except Exception as error:  # fastavro raises many types for truncated or garbled bodies
             raise UndecodableEvent(
                 Undecodable.CORRUPT_BODY, f"{writer.name} v{writer.version} body unreadable: {error!r}"
@@ -90,6 +91,19 @@ class EventCodec:
             return model.model_validate(record)
         except ValidationError as error:
             raise UndecodableEvent(Undecodable.SCHEMA_VIOLATION, f"{writer.name}: {error}") from error
+
+
+def _read_current(writer: SchemaVersion, data: bytes) -> Event:
+    """A record of today's schema, read by its type's generated reader (events/decoder.py)."""
+    try:
+        event, end = reader_for(writer)(data, HEADER_SIZE, len(data))
+    except (Damaged, IndexError, UnicodeDecodeError) as error:
+        raise UndecodableEvent(Undecodable.CORRUPT_BODY,
+                               f"{writer.name} v{writer.version} body unreadable: {error}") from None
+    if end != len(data):
+        raise UndecodableEvent(Undecodable.CORRUPT_BODY,
+                               f"{writer.name} v{writer.version} body has {len(data) - end} trailing bytes")
+    return event
 
 
 def _preview(data: bytes | None) -> str:

@@ -7,12 +7,20 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Callable
-
-from confluent_kafka import KafkaException
+from dataclasses import dataclass
 
 from events.auth import kafka_problem
 
 Body = Callable[[argparse.Namespace], int]
+
+
+@dataclass(frozen=True)
+class Command:
+    """One `gangway` subcommand: the dispatcher (replay/cli.py) calls `add_arguments` and `run`."""
+
+    add_arguments: Callable[[argparse.ArgumentParser], None]
+    run: Body
+    example: str
 
 
 def guarded(name: str, body: Body, *expected: type[Exception]) -> Body:
@@ -21,8 +29,24 @@ def guarded(name: str, body: Body, *expected: type[Exception]) -> Body:
         try:
             return body(args)
         except expected as error:
-            text = kafka_problem(error) if isinstance(error, KafkaException) else str(error)
+            kafka = sys.modules.get("confluent_kafka")  # a command that never loaded it meets no Kafka error
+            text = kafka_problem(error) if kafka is not None and isinstance(error, kafka.KafkaException) \
+                else str(error)
             for line in text.splitlines() or [""]:
                 print(f"gangway {name}: {line}", file=sys.stderr)
             return 1
+    return run
+
+
+def needs_broker(name: str, body: Body) -> Body:
+    """`body`, run only once a Kafka broker answers at `args.bootstrap_servers`; else one line and exit 1 (a
+    long-running command would otherwise wait on the broker out of reach of Ctrl-C)."""
+    def run(args: argparse.Namespace) -> int:
+        from events.broker import unreachable
+
+        problem = unreachable(args.bootstrap_servers)
+        if problem:
+            print(f"gangway {name}: {problem}", file=sys.stderr)
+            return 1
+        return body(args)
     return run

@@ -10,7 +10,9 @@ import time
 from pathlib import Path
 
 from events import models as m
+from events.arguments import positive_int, within
 from events.clock import VirtualClock, epoch_from_env
+from events.command import needs_broker
 from events.load import PRODUCER, Slice, select, submissions, team_events
 from events.log import InputWriter
 from events.reader import LogReader, await_on_log
@@ -23,12 +25,12 @@ BATCH = 500  # submissions per transaction at most
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--trace", type=Path, action="append", required=True, metavar="PATH",
                         help="an ITP or Philly CSV, or a folder of cluster*.csv (repeatable); one team per file")
-    parser.add_argument("--speedup", type=float, default=1.0, help="event time runs this many times faster (as the clock's)")
+    parser.add_argument("--speedup", type=within(float, 0), default=1.0, help="event time runs this many times faster (as the clock's)")
     parser.add_argument("--epoch", type=float, default=epoch_from_env(),
                         help="Unix seconds at which event time equals wall time: the clock's (default $GANGWAY_EPOCH, else now)")
-    parser.add_argument("--compress", type=float, default=1.0, metavar="K",
+    parser.add_argument("--compress", type=within(float, 0), default=1.0, metavar="K",
                         help="play the slice K times faster than event time: gaps and durations divided by K")
-    parser.add_argument("--limit", type=int, default=None, metavar="N", help="at most N jobs")
+    parser.add_argument("--limit", type=positive_int, default=None, metavar="N", help="at most N jobs")
     parser.add_argument("--start", type=int, default=None, metavar="S", help="start S seconds into the trace")
     parser.add_argument("--max-gpus", type=int, default=None, metavar="G", help="leave out jobs of more than G GPUs")
     parser.add_argument("--cells", default=",".join(cells_from_env()),
@@ -42,7 +44,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--bootstrap-servers", default=os.environ.get("KAFKA_BOOTSTRAP_SERVERS", "127.0.0.1:9092"))
 
 
-def run(args: argparse.Namespace) -> int:
+def _run(args: argparse.Namespace) -> int:
     if args.define_teams and args.gpus is None:
         print("gangway load: --define-teams needs --gpus (the GPUs of each cell)", file=sys.stderr)
         return 2
@@ -116,3 +118,6 @@ def play(producer: InputWriter, events: list[m.Event], clock: VirtualClock) -> i
         done = due
     producer.flush()
     return done
+
+
+run = needs_broker("load", _run)

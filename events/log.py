@@ -85,10 +85,13 @@ def retrying(call, attempts: int = 20, pause_s: float = 0.5):
 
 _COORDINATOR_MOVING = (KafkaError.NOT_COORDINATOR, KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
                        KafkaError.COORDINATOR_NOT_AVAILABLE)
+_LEADER_MOVING = (KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE,
+                  KafkaError.FENCED_LEADER_EPOCH, KafkaError.UNKNOWN_LEADER_EPOCH)
 #: What a call may meet while brokers fail over, besides errors the client marks retriable: the coordinator moving,
-#: a broker handle dropped from the metadata as its broker left, no broker answering for a moment.
-_TRANSIENT = (*_COORDINATOR_MOVING, KafkaError._DESTROY_BROKER, KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN,
-              KafkaError._TIMED_OUT)
+#: a partition's leader moving or not yet elected (a topic just created; librdkafka does not mark these retriable
+#: on a watermark query), a broker handle dropped from the metadata as its broker left, no broker answering.
+_TRANSIENT = (*_COORDINATOR_MOVING, *_LEADER_MOVING, KafkaError._DESTROY_BROKER, KafkaError._TRANSPORT,
+              KafkaError._ALL_BROKERS_DOWN, KafkaError._TIMED_OUT)
 
 
 def _debugging() -> dict:
@@ -217,11 +220,17 @@ class EventProducer:
         """Raw bytes to a topic's partition (the intake copies a record's value as it came)."""
         self._send(topic, partition, key, value, headers)
 
+    def make_inputs(self, topics: Sequence[str]) -> None:
+        """Creates the input topics this writer will write that it has not made yet, in one request."""
+        missing = [t for t in topics if t not in self._made]
+        if missing:
+            ensure_input_topics(self.bootstrap, self.principal, missing)
+            self._made.update(missing)
+
     def _produce_input(self, event: Event, headers: Headers | None) -> None:
         topic = self.inputs(event) if callable(self.inputs) else self.topics.input_topic(event)
         if topic not in self._made:
-            ensure_input_topic(self.bootstrap, self.principal, topic)
-            self._made.add(topic)
+            self.make_inputs([topic])
         self._send(topic, 0, event.envelope.cell.encode(), self.codec.encode(event), headers)
 
     def produce_dead_letter(self, letter: DeadLetter) -> None:
@@ -325,17 +334,25 @@ class EventProducer:
 def ensure_input_topic(bootstrap: str, principal: str | Credentials | None, topic: str, timeout: float = 30.0) -> None:
     """Creates an input topic (one partition; inputs are taken into the cells' logs within seconds, so a week
     of retention is plenty) unless it exists; its owner may create it (events/auth.py)."""
+    ensure_input_topics(bootstrap, principal, [topic], timeout)
+
+
+def ensure_input_topics(bootstrap: str, principal: str | Credentials | None, topics: Sequence[str],
+                        timeout: float = 30.0) -> None:
+    """`ensure_input_topic` for several topics in one request: a writer with many inputs (a fleet's nodes) makes
+    them all before its first write, so the intake finds them together instead of rebalancing once per topic."""
     from confluent_kafka.admin import AdminClient, NewTopic
 
     admin = AdminClient(client_config(bootstrap, principal, logger=quiet_logger()))
-    try:
-        for future in admin.create_topics([NewTopic(topic, num_partitions=1, replication_factor=-1,
-                                                    config={"retention.ms": str(7 * 24 * 3600 * 1000)})],
-                                          request_timeout=timeout).values():
+    config = {"retention.ms": str(7 * 24 * 3600 * 1000)}
+    futures = admin.create_topics([NewTopic(topic, num_partitions=1, replication_factor=-1, config=config)
+                                   for topic in sorted(set(topics))], request_timeout=timeout)
+    for future in futures.values():
+        try:
             future.result(timeout=timeout)
-    except KafkaException as error:
-        if error.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
-            raise
+        except KafkaException as error:
+            if error.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
+                raise
 
 
 class EventConsumer:

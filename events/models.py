@@ -71,6 +71,8 @@ class Reason(StrEnum):
     NODE_FAILED = "NODE_FAILED"
     WORKER_FAILED = "WORKER_FAILED"
     RESTART_BUDGET_SPENT = "RESTART_BUDGET_SPENT"
+    TIME_LIMIT_EXCEEDED = "TIME_LIMIT_EXCEEDED"  # it ran longer than its time limit (Slurm's TIMEOUT)
+    WORKERS_NOT_STARTED = "WORKERS_NOT_STARTED"  # its workers did not all start in time (Kueue's waitForPodsReady)
     BACKOFF_SCHEDULED = "BACKOFF_SCHEDULED"
     ALL_WORKERS_SUCCEEDED = "ALL_WORKERS_SUCCEEDED"
     CANCELLED_BY_USER = "CANCELLED_BY_USER"
@@ -242,7 +244,7 @@ class JobSubmitted(Event):
     min_workers: int | None = Field(default=None, description="gang minimum (Volcano minAvailable): admitted with as many workers as fit, at least this many; null = all workers")
     topology_required: str | None = Field(default=None, description="all workers inside one domain of this level")
     topology_preferred: str | None = Field(default=None, description="prefer one domain of this level, best effort")
-    time_limit_ms: int | None = Field(default=None, description="wall-clock limit, used by backfill to plan around reservations")
+    time_limit_ms: int | None = Field(default=None, description="longest a run may take: backfill plans around reservations with it, and under gangway-3 a run that exceeds it ends the job (JobFailed, TIME_LIMIT_EXCEEDED)")
     max_restarts: int = 3
     labels: dict[str, str] = Field(default_factory=dict)
     command: list[str] = Field(default_factory=list, description="what each worker runs (program and its arguments); empty for simulated work")

@@ -10,7 +10,9 @@ the team). A folder means every trace CSV in it; `trace_rows` also keeps each jo
 from __future__ import annotations
 
 import csv
-from collections.abc import Iterable
+import math
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import NamedTuple
 
@@ -63,14 +65,14 @@ def read_jobs(paths: Iterable[Path]) -> list[TraceJob]:
     Jobs asking for no GPU are skipped. Raises ValueError for a file in an unknown format."""
     rows = []
     for path in paths:
-        with path.open() as f:
+        with _opened(path) as f:
             reader = csv.DictReader(f)
             columns = _columns(reader.fieldnames or [])
             if columns is None:
                 raise ValueError(f"{path}: not an ITP or Philly job trace (columns {reader.fieldnames})")
             submit, duration, gpus = columns
             for i, row in enumerate(reader):
-                job = TraceJob(path.stem, int(float(row[submit])), int(float(row[duration])), int(float(row[gpus])), i)
+                job = TraceJob(path.stem, *(_count(path, i, row, c) for c in (submit, duration, gpus)), i)
                 if job.gpus > 0:
                     rows.append((job.submit_s, path.stem, i, job))
     rows.sort(key=lambda r: r[:3])
@@ -104,24 +106,53 @@ def trace_rows(path: Path) -> list[TraceRow]:
         raise FileNotFoundError(f"no trace at {path} (a CSV file, or a folder of cluster*.csv)")
     rows = []
     for csv_path in paths:
-        with csv_path.open() as f:
+        with _opened(csv_path) as f:
             reader = csv.DictReader(f)
             submit = next((c for c in _SUBMIT_COLUMNS if c in (reader.fieldnames or ())), None)
             if submit is None or not {"duration", "num_gpu"} <= set(reader.fieldnames or ()):
                 raise ValueError(f"{csv_path}: needs columns {' or '.join(_SUBMIT_COLUMNS)}, duration, num_gpu")
             for i, row in enumerate(reader):
-                rows.append(TraceRow(csv_path.stem, i, int(float(row[submit])), int(float(row["duration"])),
-                                     int(row["num_gpu"])))
+                rows.append(TraceRow(csv_path.stem, i, *(_count(csv_path, i, row, c) for c in (submit, "duration",
+                                                                                               "num_gpu"))))
     rows.sort(key=lambda r: (r.submit_s, r.cluster, r.row))
     return rows
+
+
 def read_nodes(path: Path) -> list[TraceNode]:
     """GPU nodes of a node list with `sn, gpu, model` columns (the Alibaba openb list); CPU-only nodes are left out."""
-    with path.open() as f:
+    with _opened(path) as f:
         reader = csv.DictReader(f)
         if not {"sn", "gpu", "model"} <= set(reader.fieldnames or []):
             raise ValueError(f"{path}: expected columns sn, gpu, model (got {reader.fieldnames})")
-        return [TraceNode(row["sn"], row["model"], int(row["gpu"])) for row in reader
-                if int(row["gpu"] or 0) > 0 and row["model"]]
+        nodes = [TraceNode(row["sn"], row["model"], _count(path, i, row, "gpu") if row["gpu"] else 0)
+                 for i, row in enumerate(reader)]
+    gpu_nodes = [node for node in nodes if node.gpus > 0 and node.gpu_type]
+    if not gpu_nodes:
+        raise ValueError(f"{path}: lists no node with GPUs")
+    return gpu_nodes
+
+
+@contextmanager
+def _opened(path: Path) -> Iterator[Iterator[str]]:
+    """The lines of a CSV file; a file that is not UTF-8 text raises ValueError naming it."""
+    with path.open(encoding="utf-8", newline="") as f:
+        try:
+            yield f
+        except UnicodeDecodeError as error:
+            raise ValueError(f"{path}: not text (UTF-8): {error.reason} at byte {error.start}") from None
+
+
+def _count(path: Path, index: int, row: dict[str, str | None], column: str) -> int:
+    """A whole, non-negative number of a trace's row (seconds or GPUs; '12.0' reads as 12). Raises ValueError
+    naming the file, its line and the column."""
+    text = row.get(column)
+    try:
+        value = float(text)  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        value = math.nan
+    if not math.isfinite(value) or value < 0:
+        raise ValueError(f"{path} line {index + 2}: {column} {text!r} is not a number of at least 0")
+    return int(value)
 
 
 def gang_shape(gpus: int, gpus_per_node: int = 8) -> tuple[int, int]:

@@ -59,6 +59,14 @@ class CellState:
     #: origin ('team/T', 'node/N', 'operator') -> the input-topic offset of the latest input the cell took from it:
     #: the intake takes each input topic in order, so an input at or below it is a copy written again (refused)
     taken: dict[str, int] = field(default_factory=dict)
+    #: How many folds may have changed what a decision reads: every fold but a Tick that retires no job and a
+    #: completed checkpoint (which only the preemptor reads). With `memo`, deciders' caches of results that depend on
+    #: the state only through what `changes` counts: a cache entry made at an older count is stale.
+    changes: int = field(default=0, compare=False, repr=False)
+    #: How many folds may have given an attempt a start a limit counts from (an admission, all workers started) or
+    #: brought one back (an overlay lifted): between two equal counts, limits only went away (services/recovery).
+    starts: int = field(default=0, compare=False, repr=False)
+    memo: dict = field(default_factory=dict, compare=False, repr=False)
     #: keys of the snapshot rows changed since a store last saved them (see projections/snapshot.py)
     dirty: set[str] = field(default_factory=set, compare=False, repr=False)
     #: False for a state no store saves (an audit's fold, the simulator's cell): `dirty` is then left empty,

@@ -43,6 +43,8 @@ def evolve(state: CellState, event: m.Event, offset: int) -> Refusal | None:
     _advance_time(state, event)
     handler = _HANDLERS.get(type(event))
     if handler is not None:
+        if not (type(event) is m.CheckpointCompleted or (type(event) is m.Tick and not state.ending)):
+            state.changes += 1
         handler(state, event, offset)
         _mark_dirty(state, event)
     return None
@@ -64,6 +66,7 @@ def advance(state: CellState, event: m.Event, offset: int) -> None:
     """Moves the state to `offset` for an event whose effect is already in it: a replica's own decision, laid
     over its state when made, reaching its place in the log (projections/overlay.py)."""
     state.offset = offset
+    state.changes += 1
     _advance_time(state, event)
     _mark_dirty(state, event)
 
@@ -90,6 +93,7 @@ def fold_assumed(state: CellState, event: m.Event) -> CellState:
     heartbeat from the side topic) at the current position, without moving the offset."""
     handler = _HANDLERS.get(type(event))
     if handler is not None:
+        state.changes += 1
         handler(state, event, state.offset)
         _mark_dirty(state, event)
     return state
@@ -132,7 +136,7 @@ def _release(state: CellState, job: Job, at: int) -> None:
     _unhold(state, job)
     if job.holds_capacity:
         key = (job.team, job.gpu_type)
-        state.tenancy.usage[key] = state.tenancy.usage.get(key, 0) - job.held_gpus
+        state.tenancy.use(key, -job.held_gpus)
     job.admitted_workers = 0
     job.admitted_at = None
     job.borrowed = 0
@@ -198,6 +202,8 @@ RETIRED_PER_ROW = 1000
 
 def _tick(state: CellState, e: m.Tick, offset: int) -> None:
     """Time passes: the jobs that ended before it leave the state, their ids kept (in id order per tick)."""
+    if not state.ending:
+        return
     for job_id in sorted(state.ending):
         job = state.jobs.get(job_id)
         if job is None or not job.ended:
@@ -373,9 +379,10 @@ def _job_admitted(state: CellState, e: m.JobAdmitted, offset: int) -> None:
     _drop_reservation(state, job)
     _drop_hold(state, job)
     key = (job.team, job.gpu_type)
-    state.tenancy.usage[key] = state.tenancy.usage.get(key, 0) + e.gpus
+    state.tenancy.use(key, e.gpus)
     job.admitted_workers = count
     job.admitted_at = _at(state, e)
+    state.starts += 1
     job.borrowed = e.borrowed
     state.set_state(job, JobState.ADMITTED)
     if _assignable(state, job, e.assignments):
@@ -484,6 +491,7 @@ def _worker_started(state: CellState, e: m.WorkerStarted, offset: int) -> None:
     job.started_workers = job.started_workers | {e.worker}
     if job.state is JobState.PLACED and len(job.started_workers) >= len(job.assignments):
         job.running_since = _at(state, e)
+        state.starts += 1
         state.set_state(job, JobState.RUNNING)
         _note(job, e, offset, "RUNNING")
 

@@ -135,6 +135,18 @@ class Job:
         running = self.held_gpus * max(0, now - self.running_since) if self.running_since is not None else 0
         return self.attained_gpu_ms + running
 
+    def next_band_at(self, now: int) -> int | None:
+        """When, running on as it does, it reaches its next least-attained-service band; None if it never will
+        (not running, holding no GPUs, or in the last band)."""
+        gpus = self.held_gpus
+        if self.running_since is None or not gpus:
+            return None
+        band = service_band(self.attained(now))
+        if band >= LAST_BAND:
+            return None
+        limit = FIRST_BAND_GPU_MS * 10 ** band
+        return self.running_since + -(-(limit - self.attained_gpu_ms) // gpus)  # the first ms it has `limit`
+
     @property
     def service_band(self) -> int:
         """Its least-attained-service band by its finished running periods (fixed while it waits)."""

@@ -115,6 +115,8 @@ class Overlay:
     def lift(self) -> None:
         """Restores every kept row, newest first, so each row ends as it was before the first decision."""
         state = self.state
+        state.changes += 1
+        state.starts += 1
         for entry in reversed(self.laid):
             if entry.ended is not None:
                 state.ending.discard(entry.ended)

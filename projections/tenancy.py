@@ -91,8 +91,11 @@ class Tenancy:
     _pools: dict[str, list[str]] = field(default_factory=dict, repr=False, compare=False)
     _pool_sizes: dict[tuple[str, str], int] = field(default_factory=dict, repr=False, compare=False)
     _pool_guaranteed: dict[tuple[str, str], list] = field(default_factory=dict, repr=False, compare=False)
+    #: counts the changes of configuration and usage, so a reader can tell cheaply whether either changed
+    changes: int = field(default=0, repr=False, compare=False)
 
     def configuration_changed(self) -> None:
+        self.changes += 1
         self._pools.clear()
         self._pool_sizes.clear()
         self._pool_guaranteed.clear()
@@ -113,6 +116,11 @@ class Tenancy:
                 t for t, spec in self.teams.items() if self.root_cohort(spec.cohort) == root)
             self._pools[team] = members
         return members
+
+    def use(self, key: tuple[str, str], gpus: int) -> None:
+        """`gpus` more (or fewer, when negative) in use by a team's jobs of a GPU type."""
+        self.usage[key] = self.usage.get(key, 0) + gpus
+        self.changes += 1
 
     def committed(self, except_job: Job | None = None) -> dict[tuple[str, str], int]:
         """Quota usage with the holds for waiting gangs added, less `except_job`'s own hold (a Job): what every

@@ -122,20 +122,21 @@ def _provenance(state, event: m.Event) -> Refusal | None:
             return Refusal(Reason.NOT_ITS_WRITER, f"a {event.event_type} from {_short(producer)!r}: only "
                                                   f"{', '.join(sorted(allowed))} may decide it")
         return None
-    why = not_its_writer(event, origin) if origin is not None else ""
-    taken = state.taken.get(origin, -1) if origin is not None and event.envelope.origin_offset is not None else None
+    if origin is None:  # not taken in through an input topic: only a cancel's team is left to check
+        why = _cancel_of_another_team(state, event)
+        return Refusal(Reason.NOT_ITS_WRITER, why[:MAX_DETAIL_LENGTH]) if why else None
+    why = not_its_writer(event, origin)
+    taken = state.taken.get(origin, -1) if event.envelope.origin_offset is not None else None
     if not why and taken is not None and event.envelope.origin_offset <= taken:
         why = (f"a {event.event_type} from {origin}'s input offset {event.envelope.origin_offset}, which the cell "
                f"has taken in already (up to offset {taken}): a copy written again")
-    if not why and isinstance(event, m.JobCancelRequested) and event.team is not None:
-        job = state.jobs.get(event.job_id)
-        if job is not None and job.team != event.team:
-            why = f"team {event.team} may not cancel {event.job_id}, a job of team {job.team}"
-    if not why and isinstance(event, m.CellConfigured) and (origin or "").startswith("node/") and \
+    if not why:
+        why = _cancel_of_another_team(state, event)
+    if not why and isinstance(event, m.CellConfigured) and origin.startswith("node/") and \
             state.cluster.levels and (tuple(event.topology_levels), Limits.of(event)) != (tuple(state.cluster.levels),
                                                                                          state.limits):
         why = f"{origin} may not reconfigure cell {state.cell}, which is configured: operators do"
-    if not why and isinstance(event, m.CheckpointCompleted) and origin is not None and origin.startswith("node/"):
+    if not why and isinstance(event, m.CheckpointCompleted) and origin.startswith("node/"):
         job = state.jobs.get(event.job_id)
         node = origin.removeprefix("node/")
         if job is not None and event.attempt == job.attempt and job.assignments and \
@@ -144,23 +145,42 @@ def _provenance(state, event: m.Event) -> Refusal | None:
     return Refusal(Reason.NOT_ITS_WRITER, why[:MAX_DETAIL_LENGTH]) if why else None
 
 
+def _cancel_of_another_team(state, event: m.Event) -> str:
+    """Why a cancel that names a team may not cancel its job (another team's), or ''."""
+    if isinstance(event, m.JobCancelRequested) and event.team is not None:
+        job = state.jobs.get(event.job_id)
+        if job is not None and job.team != event.team:
+            return f"team {event.team} may not cancel {event.job_id}, a job of team {job.team}"
+    return ""
+
+
 def refusal(state, event: m.Event) -> Refusal | None:
     """Why the cell must not fold `event` now, or None. Pure; `state` is a CellState. Decisions are checked only
     for their producer here: the fold validates them against the state (a stale one is superseded), and their
     fields come from records that passed this check."""
+    envelope = event.envelope.__dict__  # every record passes here: its fields are read without pydantic's lookups
+    kind = type(event)
     forged = _provenance(state, event)
     if forged is not None or event.is_decision:
         return forged
-    limits: Limits = state.limits
-    envelope = event.envelope
-    if state.cell and envelope.cell != state.cell:
-        return Refusal(Reason.WRONG_CELL, f"names cell {_short(envelope.cell)!r}, this is {state.cell!r}")
-    if not 0 <= envelope.at <= LATEST_MS:
-        return Refusal(Reason.TIME_OUT_OF_RANGE, f"stamped {envelope.at}, outside 0..{LATEST_MS}")
-    oversized = _oversized(event, limits.max_name_length)
+    cell = envelope["cell"]
+    if state.cell and cell != state.cell:
+        return Refusal(Reason.WRONG_CELL, f"names cell {_short(cell)!r}, this is {state.cell!r}")
+    at = envelope["at"]
+    if not 0 <= at <= LATEST_MS:
+        return Refusal(Reason.TIME_OUT_OF_RANGE, f"stamped {at}, outside 0..{LATEST_MS}")
+    max_name = state.limits.max_name_length
+    if len(envelope["event_id"]) > max_name or len(envelope["producer"]) > max_name or \
+            len(envelope["causation_id"] or "") > max_name or len(envelope["correlation_id"] or "") > max_name or \
+            len(envelope["policy_version"] or "") > max_name:
+        return Refusal(Reason.OVERSIZED, _oversized_envelope(envelope, max_name))
+    fields = _TEXT_FIELDS.get(kind)
+    if fields is None:
+        fields = _text_fields(kind)
+    oversized = _oversized_fields(event, fields, max_name) if fields else ""
     if oversized:
         return Refusal(Reason.OVERSIZED, oversized)
-    check = _CHECKS.get(type(event))
+    check = _CHECKS.get(kind)
     return check(state, event) if check is not None else None
 
 
@@ -168,15 +188,19 @@ def _short(text: str) -> str:
     return text if len(text) <= 40 else text[:40] + "..."
 
 
-def _oversized(event: m.Event, max_name: int) -> str:
-    """A field longer than the cell allows (ids and names; free text has a larger bound), or ''."""
-    envelope = event.envelope.__dict__
+def _oversized_envelope(envelope: dict, max_name: int) -> str:
+    """Which of an envelope's ids is longer than the cell allows, or ''."""
     for name in _ENVELOPE_TEXT:
         value = envelope[name]
         if value is not None and len(value) > max_name:
             return f"envelope.{name} is {len(value):,} characters, more than {max_name}"
+    return ""
+
+
+def _oversized_fields(event: m.Event, text_fields: tuple[tuple[str, bool, bool], ...], max_name: int) -> str:
+    """A field of the event longer than the cell allows (ids and names; free text has a larger bound), or ''."""
     fields = event.__dict__
-    for name, is_text, free in _text_fields(type(event)):
+    for name, is_text, free in text_fields:
         value = fields[name]
         if value is None:
             continue

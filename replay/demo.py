@@ -30,6 +30,7 @@ from rich.live import Live
 from rich.text import Text
 
 from events import models as m
+from events.arguments import within
 from events.auth import (
     OPERATOR,
     READER,
@@ -49,24 +50,42 @@ from events.submission import job_submitted
 from events.topics import ensure_topics, topic_names
 from events.traces import ITP
 from projections.watch import CellView
+from services.policy import DEFAULT_POLICY
 
 CELL = "cell-a"
 TRACES = ("cluster03.csv", "cluster04.csv", "cluster07.csv")
 
 ROOT = Path(__file__).resolve().parents[1]  # children run this checkout's code, wherever the demo started
+#: Wall-clock seconds of heartbeat silence after which the demo's recovery fails a node. At event time x30 the
+#: default 30 s timeout would be 1 s of wall time: a busy machine's stall of the fleet's process would fail every
+#: node. The demo lengthens the timeout in event time to keep it this long (its policy version records that).
+SILENCE_WALL_S = 3.0
+
+
+def demo_policy(speedup: float) -> str:
+    """The policy version the demo's services run: the default, with a heartbeat timeout of at least
+    SILENCE_WALL_S of wall time."""
+    default = DEFAULT_POLICY.recovery.heartbeat_timeout_ms
+    timeout = max(default, round(SILENCE_WALL_S * 1000 * speedup))
+    return DEFAULT_POLICY.version if timeout == default else (
+        f"{DEFAULT_POLICY.version}+recovery.heartbeat_timeout_ms={timeout}")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--duration", type=float, default=120.0, help="wall-clock seconds to run (default 120)")
-    parser.add_argument("--speedup", type=float, default=30.0, help="event time runs this many times faster (<= 30)")
-    parser.add_argument("--nodes", type=int, default=40, help="8-GPU nodes in the fleet (default 40: 320 GPUs)")
+    parser.add_argument("--duration", type=within(float, 0), default=120.0,
+                        help="wall-clock seconds to run (default 120)")
+    parser.add_argument("--speedup", type=within(float, 0, 30), default=30.0,
+                        help="event time runs this many times faster (more than 0, at most 30; default 30)")
+    parser.add_argument("--nodes", type=within(int, 1, low_included=True), default=40,
+                        help="8-GPU nodes in the fleet (default 40: 320 GPUs)")
     parser.add_argument("--traces", type=Path, default=ITP, help="folder of the ITP cluster*.csv traces")
     parser.add_argument("--start", type=int, default=4_131_507,
                         help="seconds into the trace where the slice starts (default: a busy 6 h of three teams)")
-    parser.add_argument("--jobs", type=int, default=600, help="at most this many jobs of the slice")
-    parser.add_argument("--compress", type=float, default=6.0,
+    parser.add_argument("--jobs", type=within(int, 1, low_included=True), default=600,
+                        help="at most this many jobs of the slice")
+    parser.add_argument("--compress", type=within(float, 0), default=6.0,
                         help="the slice plays this many times faster than event time (gaps and durations)")
-    parser.add_argument("--node-failure-at", type=float, default=20.0, metavar="MINUTES",
+    parser.add_argument("--node-failure-at", type=within(float, 0, low_included=True), default=20.0, metavar="MINUTES",
                         help="event minutes after work starts on node b0-r0-n0 that it goes silent (default 20)")
     parser.add_argument("--state-dir", type=Path, default=Path("~/.gangway/demo"))
     parser.add_argument("--bootstrap-servers", default=os.environ.get("KAFKA_BOOTSTRAP_SERVERS"),
@@ -147,7 +166,7 @@ class Demo:
         self.start("api", "api", "--port", str(self.api_port), "--tokens", str(tokens), "--db",
                    str(self.state_dir / "readmodel"), "--cells", CELL, "--bootstrap-servers", self.bootstrap)
         self.start("services", "run", "all", *speed, "--tick-interval", "0.5", "--state-dir",
-                   str(self.state_dir / "state"), "-v")
+                   str(self.state_dir / "state"), "--policy", demo_policy(a.speedup), "-v")
         self.start("fleet", "fleet", "--nodes", str(a.nodes), "--nodes-per-rack", "4", "--racks-per-block", "4",
                    "--checkpoint-every", "5m", "--checkpoint-delay", "20s", *speed,
                    "--fail-node", f"{CELL}-b0-r0-n0", "--fail-at", str(a.node_failure_at * 60))

@@ -4,10 +4,10 @@
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
-from events.logfile import write_log_file
-from replay.source import add_source_arguments, audited, position, read_source, window
+from events.arguments import output_file
+from events.logfile import CannotWriteLog, write_log_file
+from replay.source import AuditError, add_source_arguments, audited, position, read_source, window
 
 example = "gangway log export --cell cell-a --to 2024-05-01T12:00Z --out cell-a.avro"
 
@@ -22,7 +22,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     export.add_argument("--from", dest="start", type=position, metavar="OFFSET|TIME",
                         help="first record to export (default: offset 0); audits need the log from offset 0")
     export.add_argument("--to", dest="end", type=position, metavar="OFFSET|TIME", help="last record (default: the end)")
-    export.add_argument("--out", type=Path, required=True, metavar="FILE")
+    export.add_argument("--out", type=output_file, required=True, metavar="FILE")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -32,7 +32,11 @@ def run(args: argparse.Namespace) -> int:
 def export(args: argparse.Namespace) -> int:
     log = read_source(args)
     records = window(log, args.start, args.end)
-    written = write_log_file(args.out, log.cell, records, source=log.origin)
+    try:
+        written = write_log_file(args.out, log.cell, records, source=log.origin,
+                                 partial=records[0][0] != log.records[0][0])
+    except CannotWriteLog as error:
+        raise AuditError(str(error)) from None
     span = f"offsets {records[0][0]}..{records[-1][0]}" if records else "no records"
     print(f"wrote {written:,} records ({span}) of cell {log.cell} to {args.out}")
     return 0

@@ -11,19 +11,17 @@ from __future__ import annotations
 
 import argparse
 import os
+from bisect import bisect_right
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
+from operator import itemgetter
 from pathlib import Path
 
-from confluent_kafka import KafkaException
-
 from events import models as m
-from events.broker import cluster_node_ids
 from events.collector import rare_collections
 from events.command import guarded
 from events.logfile import NotALogFile, offsets_problem, read_log_file
-from events.reader import read_log
 from events.topics import cells_from_env
 
 
@@ -76,7 +74,11 @@ def position(text: str) -> Position:
 
 
 def _time_text(at: int) -> str:
-    return datetime.fromtimestamp(at / 1000, timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ").replace(".000000Z", "Z")
+    try:
+        moment = datetime.fromtimestamp(at / 1000, timezone.utc)
+    except (ValueError, OverflowError, OSError):  # beyond the calendar
+        return f"{at} ms"
+    return moment.strftime("%Y-%m-%dT%H:%M:%S.%fZ").replace(".000000Z", "Z")
 
 
 def add_source_arguments(parser: argparse.ArgumentParser) -> None:
@@ -105,19 +107,27 @@ def read_file(path: str | Path) -> Log:
     problem = offsets_problem(exported.records)
     if problem:
         raise AuditError(f"{path}: {problem}")
+    if exported.metadata.get("partial") == "true":
+        raise AuditError(f"{path}: holds the log from offset {exported.records[0][0] if exported.records else '-'} "
+                         f"only (exported with --from); audits fold a cell's log from its beginning")
     return Log(exported.cell, exported.records, str(path))
 
 
 def read_cell(cell: str | None, bootstrap: str, cells: Sequence[str] | None = None) -> Log:
     """A live cell's committed log from offset 0, as it stands now (undecodable records are left out: they never
     reached a decider either)."""
+    from confluent_kafka import KafkaException  # only a live cell needs Kafka: reading a file starts faster
+
+    from events.broker import unreachable
+    from events.reader import read_log
+
     cells = tuple(cells or cells_from_env())
     cell = cell or cells[0]
     if cell not in cells:
         raise AuditError(f"unknown cell {cell!r}; cells: {', '.join(cells)} ($GANGWAY_CELLS)")
-    if not cluster_node_ids(bootstrap, timeout=5):
-        raise AuditError(f"no Kafka broker answers at {bootstrap} (start one with `gangway kafka start`, set "
-                         "KAFKA_BOOTSTRAP_SERVERS or --bootstrap-servers, or read an exported log with --log FILE)")
+    problem = unreachable(bootstrap, hint=", or read an exported log with --log FILE")
+    if problem:
+        raise AuditError(problem)
     try:
         records = [(r.offset, r.event) for r in read_log(cell, bootstrap, all_cells=cells) if r.event is not None]
     except KafkaException as error:
@@ -133,6 +143,8 @@ def upto(log: Log, at: Position | None) -> list[tuple[int, m.Event]]:
         raise AuditError(_beyond(at.offset, log))
     if at.at is not None and log.records and at.at < log.records[0][1].envelope.at:
         raise AuditError(f"{at} is before the log of {log.origin} begins ({_time_text(log.records[0][1].envelope.at)})")
+    if at.offset is not None:  # a log's offsets only grow (read_file checks): the records up to one are a prefix
+        return log.records[:bisect_right(log.records, at.offset, key=itemgetter(0))]
     return [(offset, event) for offset, event in log.records if at.reached(offset, event)]
 
 
@@ -147,8 +159,11 @@ def window(log: Log, start: Position | None, end: Position | None) -> list[tuple
         return records
     if start.offset is not None and start.offset > log.last_offset:
         raise AuditError(_beyond(start.offset, log))
-    return [(o, e) for o, e in records if start.offset is not None and o >= start.offset
+    kept = [(o, e) for o, e in records if start.offset is not None and o >= start.offset
             or start.at is not None and e.envelope.at >= start.at]
+    if not kept:
+        raise AuditError(f"no records of {log.origin} from {start} to {end or 'its end'}")
+    return kept
 
 
 def audited(name: str, body: Callable[[argparse.Namespace], int]) -> Callable[[argparse.Namespace], int]:

@@ -6,12 +6,15 @@ simulator (or a what-if replay) runs the very same deciders under another policy
 
 | name | what it models | knobs that differ from `gangway` |
 | --- | --- | --- |
-| `gangway` | quota lending and borrowing in a cohort, fair share, within-nominal work first, no team's waiting head delayed by its team's later work, backfill around up to 4 aged reservations (a gang drains capacity for itself only while it needs at most half its GPU type), topology-aware best-fit placement, checkpoint-aware reclaim preemption that holds what it frees for its gang | none |
+| `gangway` | quota lending and borrowing in a cohort, fair share, within-nominal work first, no team's waiting head delayed by its team's later work, backfill around up to 4 aged reservations (a gang drains capacity for itself only while it needs at most half its GPU type), topology-aware best-fit placement, checkpoint-aware reclaim preemption that holds what it frees for its gang, a run past its time limit ends (Slurm's TimeLimit), workers not all started 5 min after admission are requeued (Kueue's waitForPodsReady) | none |
 | `fifo` | one strict FIFO queue of gangs: the head blocks everything behind it | no fair share, no within-nominal ordering, no backfill, no preemption |
 | `static` | a static partition: each team confined to its nominal quota, nothing lent | no borrowing, no preemption |
 | `kueue-like` | Kueue with BestEffortFIFO queues: lending, borrowing, reclaim and priority preemption, no topology or checkpoint awareness, one admission per queue per cycle | no fair share, no reservations, no protected queue heads, topology-blind first-fit placement, victims newest first with no checkpoint grace, no minimum runtime, 1 admission per team per cycle |
 | `backfill` | Slurm-like FIFO with EASY backfill: the first blocked gang reserves nodes at once, later work backfills around it | no fair share, no within-nominal ordering, no protected team heads (the reservation protects the first gang), 1 reservation taken at once, no preemption |
 | `tiresias` | Tiresias (NSDI 2019): discretised two-dimensional least-attained-service queues (GPUs x time received), preemption of whoever has received more, consolidated placement; no quotas, no lending, no team guarantees | no fair share, no within-nominal ordering, no reservations, no protected heads, least attained service first, time-sharing preemption across teams without the nominal-quota law, no priority or reclaim preemption |
+
+Under the baselines a time limit only plans (backfill around reservations); none ends a run, and none times out
+workers that do not start.
 """
 
 from __future__ import annotations
@@ -78,9 +81,13 @@ CATALOGUE: dict[str, Policy] = {
 
 
 #: Earlier versions of the catalogue's policies: decisions recorded under them still resolve (verify, what-if).
+_GANGWAY_2 = replace(GANGWAY, version="gangway-2",
+                     recovery=replace(GANGWAY.recovery, enforce_time_limits=False, start_timeout_ms=None))
 EARLIER: dict[str, Policy] = {
+    # before time limits were enforced (a limit only planned backfill) and workers had a time to start
+    "gangway-2": _GANGWAY_2,
     # before admission.max_drain_share: every gang could drain the whole cell for itself
-    "gangway-1": replace(GANGWAY, version="gangway-1", admission=replace(GANGWAY.admission, max_drain_share=1.0)),
+    "gangway-1": replace(_GANGWAY_2, version="gangway-1", admission=replace(GANGWAY.admission, max_drain_share=1.0)),
 }
 
 
@@ -144,7 +151,8 @@ def overridden(base: Policy, overrides: dict[str, Any]) -> Policy:
             name = knob if knob in fields else f"{knob}_ms"
             if name not in fields:
                 raise ValueError(f"unknown knob policy.{section}.{knob} (one of: {', '.join(fields)})")
-            changes[name] = _coerce(section, name, getattr(current, name), value)
+            optional = "None" in str(fields[name].type)  # the knob may be null (`int | None`)
+            changes[name] = None if value is None and optional else _coerce(section, name, getattr(current, name), value)
         policy = replace(policy, **{section: replace(current, **changes)})
     return policy.with_version(_derived_version(base, policy))
 
@@ -159,15 +167,22 @@ def _derived_version(base: Policy, policy: Policy) -> str:
     return "+".join(parts)
 
 
+#: Integer knobs that may be negative (a priority, which a priority class may set below 0).
+SIGNED_KNOBS = frozenset({"max_priority_threshold"})
+
+
 def _coerce(section: str, name: str, default: Any, value: Any) -> Any:
     where = f"policy.{section}.{name}"
     if name.endswith("_ms"):
-        if value is None:
-            raise ValueError(f"{where} must be a duration, not null")
+        if value is None or isinstance(value, bool):
+            raise ValueError(f"{where} must be a duration, not {json.dumps(value)}")
         try:
-            return parse_duration(value)
+            duration = parse_duration(value)
         except ValueError as error:
             raise ValueError(f"{where}: {error}") from None
+        if duration < 0:
+            raise ValueError(f"{where} must not be negative, not {value!r}")
+        return duration
     if isinstance(default, bool):
         if not isinstance(value, bool):
             raise ValueError(f"{where} must be true or false, not {value!r}")
@@ -180,6 +195,10 @@ def _coerce(section: str, name: str, default: Any, value: Any) -> Any:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise ValueError(f"{where} must be a number, not {value!r}")
         return float(value)
-    if (value is None and default is None) or (isinstance(value, int) and not isinstance(value, bool)):
+    if value is None and default is None:
+        return value
+    if isinstance(value, int) and not isinstance(value, bool):
+        if value < 0 and name not in SIGNED_KNOBS:
+            raise ValueError(f"{where} must not be negative, not {value!r}")
         return value
     raise ValueError(f"{where} must be an integer{' or null' if default is None else ''}, not {value!r}")

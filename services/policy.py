@@ -24,4 +24,6 @@ class Policy:
         return replace(self, version=version)
 
 
-DEFAULT_POLICY = Policy()
+#: gangway-3: gangway-2 with time limits enforced and workers given 5 minutes to start.
+DEFAULT_POLICY = Policy(version="gangway-3", recovery=RecoveryPolicy(enforce_time_limits=True,
+                                                                      start_timeout_ms=5 * 60_000))

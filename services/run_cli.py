@@ -12,8 +12,10 @@ import sys
 import time
 from pathlib import Path
 
+from events.arguments import within
 from events.auth import AuthError
 from events.clock import VirtualClock, epoch_from_env, run_clock
+from events.command import needs_broker
 from events.topics import cells_from_env, topic_names, topic_prefix
 from projections.store import StoreMismatch
 from services.admitter.decide import Admitter
@@ -44,15 +46,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--replica", default="",
                         help="intake: a name for one more intake (e.g. b); intakes share the input topics and one "
                              "takes over what a stopped one read (default: the unnamed intake)")
-    parser.add_argument("--tick-interval", type=float, default=1.0, help="clock: seconds between ticks")
-    parser.add_argument("--speedup", type=float, default=1.0, help="clock: event time runs this many times faster")
+    parser.add_argument("--tick-interval", type=within(float, 0), default=1.0, help="clock: seconds between ticks")
+    parser.add_argument("--speedup", type=within(float, 0), default=1.0, help="clock: event time runs this many times faster")
     parser.add_argument("--epoch", type=float, default=epoch_from_env(),
                         help="clock: Unix seconds at which event time equals wall time (default $GANGWAY_EPOCH, else "
                              "now); give the fleet and load the same value when --speedup is not 1")
     parser.add_argument("-v", "--verbose", action="store_true")
 
 
-def run(args: argparse.Namespace) -> int:
+def _run(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         format="%(asctime)s %(name)s %(message)s")
     faulthandler.register(signal.SIGUSR1)  # `kill -USR1 <pid>` prints where every thread is, for a stuck service
@@ -101,3 +103,6 @@ def _run_all(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGINT, stop)
     codes = [c.wait() for c in children]
     return max(codes, default=0)
+
+
+run = needs_broker("run", _run)

@@ -54,7 +54,7 @@ class JobBody(Strict):
     min_workers: int | None = Field(default=None, ge=1, description="gang minimum (Volcano minAvailable)")
     priority_class: Name | None = None
     topology: Topology = Field(default_factory=Topology)
-    time_limit: Duration | None = Field(default=None, description="90s, 30m, 2h...; lets the job backfill")
+    time_limit: Duration | None = Field(default=None, description="90s, 30m, 2h...; lets the job backfill, and a run past it ends the job (TIME_LIMIT_EXCEEDED)")
     command: list[str] = Field(min_length=1, description="program and arguments each worker runs")
     args: list[str] = Field(default_factory=list, description="appended to command (as Kubernetes does)")
     env: dict[str, str] = Field(default_factory=dict)
@@ -232,6 +232,8 @@ def load_documents(path: str | Path, team: str | None = None) -> list[Document]:
         loaded = [doc for doc in yaml.safe_load_all(path.read_text()) if doc is not None]
     except OSError as error:
         raise SpecError([f"{path}: cannot read: {error.strerror}"]) from None
+    except UnicodeDecodeError as error:
+        raise SpecError([f"{path}: not text (UTF-8): byte {error.start} is {error.object[error.start]:#04x}"]) from None
     except yaml.YAMLError as error:
         mark = getattr(error, "problem_mark", None)
         at = f" (line {mark.line + 1})" if mark is not None else ""

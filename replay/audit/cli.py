@@ -8,6 +8,7 @@ import argparse
 import json
 from dataclasses import asdict
 
+from events.command import Command
 from replay.audit import ledger, snapshot, whatif
 from replay.audit.policy import named, recorded
 from replay.audit.text import clock, table
@@ -15,7 +16,6 @@ from replay.audit.timeline import Timeline, timeline
 from replay.audit.why import Why, why
 from replay.source import AuditError, add_source_arguments, audited, position, read_source, upto, window
 from services.core.forecast import Estimate, forecast
-from services.launcher.cli import Command
 
 # --- explain ------------------------------------------------------------------------------------------------------
 
@@ -126,6 +126,8 @@ def _whatif(args: argparse.Namespace) -> int:
     log = read_source(args)
     records = upto(log, args.end)
     cut = window(log, None, args.start)[-1][0] if args.start is not None else -1
+    if cut > (records[-1][0] if records else -1):
+        raise AuditError(f"--from {args.start} is after --to {args.end}: nothing to re-drive")
     result = whatif.compare(records, log.cell, policy, cut, args.movers, recorded(records).version)
     print(json.dumps(asdict(result), indent=1) if args.output == "json" else whatif.render(result))
     return 0
@@ -156,14 +158,13 @@ def _report(args: argparse.Namespace) -> int:
     return 0
 
 
-COMMANDS: tuple[tuple[str, str, Command], ...] = (
-    ("explain", "a job's whole timeline from the log; --why re-runs the deciders to show what binds, with numbers",
-     Command(_explain_arguments, audited("explain", _explain), "gangway explain llm-7 --why --log cell-a.avro")),
-    ("replay", "the cell as it was at an offset or time: nodes by domain, jobs by state, quota use per team",
-     Command(_state_arguments, audited("replay state", _state), "gangway replay state --at 2024-05-01T10:00Z")),
-    ("whatif", "re-drive a recorded log's inputs through another policy and compare the outcomes",
-     Command(_whatif_arguments, audited("whatif", _whatif), "gangway whatif --policy fifo --log cell-a.avro")),
-    ("report", "the fair-share ledger per team: GPU-hours used, borrowed, lent; preemptions; wait percentiles",
-     Command(_report_arguments, audited("report", _report),
-             "gangway report --team nlp --from 2024-05-01T00:00Z --to 2024-05-08T00:00Z")),
-)
+#: The subcommands this module runs, by name; their help is in the dispatcher (replay/cli.py).
+COMMANDS: dict[str, Command] = {
+    "explain": Command(_explain_arguments, audited("explain", _explain),
+                       "gangway explain llm-7 --why --log cell-a.avro"),
+    "replay": Command(_state_arguments, audited("replay state", _state),
+                      "gangway replay state --at 2024-05-01T10:00Z"),
+    "whatif": Command(_whatif_arguments, audited("whatif", _whatif), "gangway whatif --policy fifo --log cell-a.avro"),
+    "report": Command(_report_arguments, audited("report", _report),
+                      "gangway report --team nlp --from 2024-05-01T00:00Z --to 2024-05-08T00:00Z"),
+}

@@ -67,7 +67,7 @@ class _Rates:
 
 def fold(records: Sequence[tuple[int, m.Event]], start: int | None = None) -> Ledger:
     """The ledger of the records' time span, from `start` (event time; default: the first record's)."""
-    state = CellState()
+    state = CellState(tracks_rows=False)
     first = records[0][1].envelope.at if records else 0
     start = first if start is None else start
     end = max(start, state.now)
@@ -76,6 +76,7 @@ def fold(records: Sequence[tuple[int, m.Event]], start: int | None = None) -> Le
     submitted: dict[str, int] = {}  # job -> submission time, for jobs submitted in the window not yet admitted
     waits: dict[str, list[int]] = {}
     last = first
+    changes = state.tenancy.changes
     for offset, event in records:
         at = event.envelope.at
         if at > last:
@@ -86,13 +87,14 @@ def fold(records: Sequence[tuple[int, m.Event]], start: int | None = None) -> Le
                   "held_gpus": job.held_gpus} if job is not None else {}
         if evolve(state, event, offset) is not None:
             continue
-        for team in state.tenancy.teams:
-            teams.setdefault(team, TeamLedger(team))
-        if at >= start:
-            _count(state, event, offset, before, teams, submitted, waits)
-        if "tenancy" in state.dirty:
+        if state.tenancy.changes != changes:  # teams are defined and usage changes only with these
+            for team in state.tenancy.teams:
+                if team not in teams:
+                    teams[team] = TeamLedger(team)
             rates = _rates(state)
-        state.dirty.clear()
+            changes = state.tenancy.changes
+        if at >= start and type(event) in _COUNTED:
+            _count(state, event, offset, before, teams, submitted, waits)
         end = max(end, state.now)
     _accrue(teams, rates, max(last, start), end)
     for team, ledger in teams.items():
@@ -158,6 +160,8 @@ def _percentiles(waits_ms: list[int]) -> dict[str, float | None]:
 
 
 _WATCHED = (m.JobPreempted,)
+#: The events `_count` counts.
+_COUNTED = frozenset({m.JobSubmitted, m.JobAdmitted, m.JobPreempted, m.JobInterrupted, m.JobSucceeded})
 
 
 def render(ledger: Ledger) -> str:

@@ -10,8 +10,8 @@ from events import models as m
 from projections.cell import CellState
 from projections.evolve import evolve
 from projections.jobs import JobState
+from projections.usage import NodeStatus, TeamUsage, node_status, team_usage
 from replay.audit.text import clock, names, table
-from services.launcher.client import NodeStatus, TeamUsage, node_status, team_usage
 
 
 @dataclass
@@ -29,7 +29,7 @@ def at(records: Sequence[tuple[int, m.Event]], cell: str) -> CellView:
     state = CellState(tracks_rows=False)
     ended: dict[str, str] = {}  # ended jobs leave the state at the next Tick: their final states are kept here
     for offset, event in records:
-        if isinstance(event, m.Tick):
+        if state.ending and isinstance(event, m.Tick):
             ended.update((j, job.state.value) for j, job in state.leaving().items())
         evolve(state, event, offset)
     return describe(state, cell, ended)

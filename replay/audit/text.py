@@ -10,7 +10,10 @@ def clock(at: int | None) -> str:
     """An event time in UTC, to the second (milliseconds when it has them)."""
     if at is None:
         return "-"
-    moment = datetime.fromtimestamp(at / 1000, timezone.utc)
+    try:
+        moment = datetime.fromtimestamp(at / 1000, timezone.utc)
+    except (ValueError, OverflowError, OSError):  # beyond the calendar (a record the fold refused as out of range)
+        return f"{at} ms"
     text = moment.strftime("%Y-%m-%d %H:%M:%S")
     return text + (f".{at % 1000:03d}" if at % 1000 else "")
 

@@ -101,7 +101,8 @@ def timeline(records: Sequence[tuple[int, m.Event]], job_id: str) -> tuple[Timel
 
 
 def _about(event: m.Event, job_id: str, requests: set[str], inputs: set[int]) -> bool:
-    if m.field_of(event, "job_id", None) == job_id or m.field_of(event, "for_job_id", None) == job_id:
+    fields = event.__dict__  # asked of every record: its fields without pydantic's lookups
+    if fields.get("job_id") == job_id or fields.get("for_job_id") == job_id:
         return True
     if isinstance(event, m.RequestRejected):
         return event.request_event_id in requests

@@ -70,6 +70,7 @@ def _envelope(state: CellState, producer: str) -> m.Envelope:
 
 def _admitter(state: CellState, job: Job, policy: Policy) -> list[str]:
     job.reason = Reason.UNSPECIFIED  # so the cycle states why it waits, even if that has not changed
+    state.changes += 1  # a change outside the fold: no Tick found quiet before it may be skipped (CellState.memo)
     decisions = _probe(Admitter(), policy, state, m.Tick(envelope=_envelope(state, "clock")))
     mine = [d for d in decisions if getattr(d, "job_id", None) == job.job_id]
     if not mine:

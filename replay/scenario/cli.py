@@ -11,10 +11,10 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from pathlib import Path
 
 from events import models as m
-from events.logfile import write_log_file
+from events.arguments import output_file
+from events.logfile import CannotWriteLog, write_log_file
 from replay.scenario.play import Outcome, ScenarioError, run_file
 
 
@@ -23,7 +23,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     run_parser = sub.add_parser("run", help="run scenario files and check their expectations")
     run_parser.add_argument("files", nargs="+", metavar="FILE", help="scenario YAML files (docs/scenarios.md)")
     run_parser.add_argument("--quiet", action="store_true", help="print only a summary per file")
-    run_parser.add_argument("--export-log", type=Path, metavar="OUT",
+    run_parser.add_argument("--export-log", type=output_file, metavar="OUT",
                             help="write the scenario's log to OUT (one scenario file), for `gangway explain --log OUT`")
     run_parser.epilog = "example: gangway scenario run tests/scenarios/reclaim_within_cohort.yaml --export-log reclaim.avro"
 
@@ -52,8 +52,12 @@ def run(args: argparse.Namespace) -> int:
                 print(event_line(outcome.scenario.name, offset, event))
         _summarise(outcome)
         if args.export_log is not None:
-            written = write_log_file(args.export_log, outcome.cell.cell, enumerate(outcome.cell.log),
-                                     source=f"scenario {outcome.source}")
+            try:
+                written = write_log_file(args.export_log, outcome.cell.cell, enumerate(outcome.cell.log),
+                                         source=f"scenario {outcome.source}")
+            except CannotWriteLog as error:
+                print(f"gangway scenario run: {error}", file=sys.stderr)
+                return 1
             print(f"wrote {written:,} records of cell {outcome.cell.cell} to {args.export_log}", file=sys.stderr)
         if outcome.unmet:
             status = max(status, 1)

@@ -30,6 +30,9 @@ def load(path: str | Path) -> Scenario:
         data = yaml.safe_load(Path(path).read_text())
     except OSError as error:
         raise ScenarioError(f"{source}: cannot read: {error.strerror or error}") from error
+    except UnicodeDecodeError as error:
+        raise ScenarioError(f"{source}: not text (UTF-8): byte {error.start} is {error.object[error.start]:#04x}") \
+            from None
     except yaml.YAMLError as error:
         raise ScenarioError(f"{source}: not valid YAML: {error}") from error
     return parse(data, source)

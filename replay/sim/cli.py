@@ -17,7 +17,8 @@ import sys
 import time
 from pathlib import Path
 
-from events.logfile import write_log_file
+from events.arguments import count, non_negative, output_dir, output_file, positive_int, within
+from events.logfile import CannotWriteLog, write_log_file
 from replay.sim import report
 from replay.sim.progress import ProgressBar
 from replay.sim.run import run as run_policy
@@ -33,40 +34,40 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     cell = parser.add_argument_group("cell")
     cell.add_argument("--gpus", metavar="N|Fx",
                       help="GPUs in the cell, or F times the traces' average demand (e.g. 1.2x)")
-    cell.add_argument("--gpus-per-node", type=int, default=8)
-    cell.add_argument("--nodes-per-rack", type=int, default=16)
-    cell.add_argument("--racks-per-block", type=int, default=8)
+    cell.add_argument("--gpus-per-node", type=positive_int, default=8)
+    cell.add_argument("--nodes-per-rack", type=positive_int, default=16)
+    cell.add_argument("--racks-per-block", type=positive_int, default=8)
     cell.add_argument("--nodes-csv", type=Path, metavar="PATH",
                       help="heterogeneous cell from a node list with sn,gpu,model columns (Alibaba openb)")
     pol = parser.add_argument_group("policy and tenancy")
     pol.add_argument("--policy", default="gangway", help=f"one of: {', '.join(CATALOGUE)} (default gangway), or a version with knobs "
                           "overridden, e.g. 'gangway-2+admission.reservation_after_ms=\"1h\"'")
     pol.add_argument("--policies", default=",".join(CATALOGUE), help="for compare: comma-separated policy names or versions")
-    pol.add_argument("--borrowing-limit", type=float, metavar="F",
+    pol.add_argument("--borrowing-limit", type=non_negative, metavar="F",
                      help="each team may borrow at most F x its nominal quota (default: unlimited)")
-    pol.add_argument("--lending-limit", type=float, metavar="F",
+    pol.add_argument("--lending-limit", type=non_negative, metavar="F",
                      help="each team lends at most F x its nominal quota (default: all of it)")
     pol.add_argument("--no-private", action="store_true",
                      help="skip the private-cluster runs (private_avg_queue_s becomes null)")
     agents = parser.add_argument_group("simulated agents and failures")
     agents.add_argument("--seed", type=int, default=0)
-    agents.add_argument("--tick-s", type=int, default=60, help="clock tick in virtual seconds (default 60)")
-    agents.add_argument("--checkpoint-every-min", type=float, default=30, help="0 turns periodic checkpoints off")
-    agents.add_argument("--checkpoint-cost-s", type=int, default=30, help="training pause per periodic checkpoint")
-    agents.add_argument("--restart-cost-s", type=int, default=120, help="time a restarted attempt needs before progress")
-    agents.add_argument("--failures-per-1000-gpu-days", type=float, default=0.5,
+    agents.add_argument("--tick-s", type=positive_int, default=60, help="clock tick in virtual seconds (default 60)")
+    agents.add_argument("--checkpoint-every-min", type=non_negative, default=30, help="0 turns periodic checkpoints off")
+    agents.add_argument("--checkpoint-cost-s", type=count, default=30, help="training pause per periodic checkpoint")
+    agents.add_argument("--restart-cost-s", type=count, default=120, help="time a restarted attempt needs before progress")
+    agents.add_argument("--failures-per-1000-gpu-days", type=non_negative, default=0.5,
                         help="per-GPU hardware failure rate (Poisson); 0 turns failures off")
-    agents.add_argument("--repair-h", type=float, default=24, help="hours until failed hardware is back")
-    agents.add_argument("--max-restarts", type=int, default=3, help="failures a job survives")
-    agents.add_argument("--time-limit-factor", type=float, default=2.0, metavar="F",
+    agents.add_argument("--repair-h", type=within(float, 0), default=24, help="hours until failed hardware is back")
+    agents.add_argument("--max-restarts", type=count, default=3, help="failures a job survives")
+    agents.add_argument("--time-limit-factor", type=non_negative, default=2.0, metavar="F",
                         help="each job asks for F x its duration + 1 h as its time limit (0: no limits); "
                              "backfill onto reserved nodes needs them")
     out = parser.add_argument_group("output")
-    out.add_argument("--json", type=Path, metavar="OUT", help="write the result JSON here")
-    out.add_argument("--report", type=Path, metavar="DIR", help="write a Markdown report and PNG plots here")
-    out.add_argument("--limit", type=int, metavar="N", help="only the first N jobs (in submission order)")
+    out.add_argument("--json", type=output_file, metavar="OUT", help="write the result JSON here")
+    out.add_argument("--report", type=output_dir, metavar="DIR", help="write a Markdown report and PNG plots here")
+    out.add_argument("--limit", type=positive_int, metavar="N", help="only the first N jobs (in submission order)")
     out.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
-    out.add_argument("--export-log", type=Path, metavar="OUT",
+    out.add_argument("--export-log", type=output_file, metavar="OUT",
                      help="write the shared cell's log to OUT (mode run), for the audit commands' --log")
     out.add_argument("--estimates", action="store_true",
                      help="record each waiting job's estimated start as its queue position changes and score it "
@@ -89,6 +90,9 @@ def config_from(args: argparse.Namespace) -> SimConfig:
 
 def run(args: argparse.Namespace) -> int:
     names = [p.strip() for p in args.policies.split(",") if p.strip()] if args.mode == "compare" else [args.policy]
+    if not names:
+        print("gangway sim: --policies names no policy", file=sys.stderr)
+        return 2
     try:
         for name in names:
             resolve(name)
@@ -124,7 +128,11 @@ def run(args: argparse.Namespace) -> int:
         keep = [lambda cell, event, offset: logged.append((offset, event))] if keeping else []
         result, outcome = run_policy(workload, name, config, bar, private_bar, keep)
         if args.export_log and args.mode == "run":
-            write_log_file(args.export_log, "sim", logged, source=f"gangway sim {name} {' '.join(workload.traces)}")
+            try:
+                write_log_file(args.export_log, "sim", logged, source=f"gangway sim {name} {' '.join(workload.traces)}")
+            except CannotWriteLog as error:
+                print(f"gangway sim: {error}", file=sys.stderr)
+                return 1
         wall = time.perf_counter() - wall
         for b in ([bar] if bar else []) + private_bars[-1:]:
             b.close()
@@ -139,8 +147,12 @@ def run(args: argparse.Namespace) -> int:
         results.append(result)
     document = results[0] if args.mode == "run" else {"compare": results}
     if args.json:
-        args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(document, indent=1) + "\n")
+        try:
+            args.json.parent.mkdir(parents=True, exist_ok=True)
+            args.json.write_text(json.dumps(document, indent=1) + "\n")
+        except OSError as error:
+            print(f"gangway sim: cannot write {args.json}: {error.strerror or error}", file=sys.stderr)
+            return 1
     print(report.table(results))
     if len(results[0]["trace"]["teams"]) > 1:
         print()

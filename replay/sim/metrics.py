@@ -117,7 +117,8 @@ class Meter:
             nodes = job.nodes()
             if len(nodes) > 1:
                 self.multi_node += 1
-                racks = {cell.state.cluster.nodes[n].domains[-1] for n in nodes}
+                # a cell without topology levels has no racks: each node stands alone
+                racks = {(cell.state.cluster.nodes[n].domains or (n,))[-1] for n in nodes}
                 self.multi_node_one_rack += len(racks) == 1
         elif kind is m.JobAdmitted:
             self.admitted[job.job_id] = at

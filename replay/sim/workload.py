@@ -10,6 +10,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from events.traces import TraceJob, TraceNode, gang_shape, read_jobs, read_nodes, trace_files
+from projections.validate import LATEST_MS
 
 UNIFORM_GPU_TYPE = "gpu"
 COHORT = "all"
@@ -154,6 +155,10 @@ def build_workload(traces: Sequence[Path], config: SimConfig, limit: int | None 
         rows = rows[:limit]
     if not rows:
         raise ValueError("the traces hold no job")
+    last = max(r.submit_s + r.duration_s for r in rows)
+    if last * 1000 > LATEST_MS:  # the cell would refuse such times, and tick through all of it first
+        raise ValueError(f"a job of the traces ends {last:,} s after their start, beyond the {LATEST_MS // 1000:,} s "
+                         f"a cell's time holds")
     if config.nodes_csv:
         nodes = listed_nodes(read_nodes(Path(config.nodes_csv)), config.nodes_per_rack, config.racks_per_block)
     else:
@@ -174,9 +179,19 @@ def resolve_gpus(gpus: int | str | None, rows: Sequence[TraceJob]) -> int:
     """An int, or 'F x' (e.g. '1.2x'): F times the average demand, rounded to the nearest GPU."""
     if gpus is None:
         raise ValueError("give the cell size: --gpus N, --gpus 1.2x, or --nodes-csv")
-    if isinstance(gpus, str) and gpus.endswith("x"):
-        return max(1, round(float(gpus[:-1]) * average_demand(rows)))
-    return int(gpus)
+    try:
+        if isinstance(gpus, str) and gpus.endswith("x"):
+            factor = float(gpus[:-1])
+            if not 0 < factor < 1e6:
+                raise ValueError
+            return max(1, round(factor * average_demand(rows)))
+        count = int(gpus)
+    except ValueError:
+        raise ValueError(f"--gpus {gpus}: give a number of GPUs (more than 0) or a factor of the average demand "
+                         f"such as 1.2x") from None
+    if count < 1:
+        raise ValueError(f"--gpus {gpus}: a cell needs at least one GPU")
+    return count
 
 
 def make_workload(rows: Sequence[TraceJob], nodes: list[NodeSpec], seed: int = 0) -> Workload:

@@ -12,7 +12,9 @@ the reservation's shadow time (Slurm's EASY backfill; see services/core/placemen
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 from events import models as m
 from events.models import Reason
@@ -34,7 +36,11 @@ from services.core.placement import (
     shadow_times,
 )
 from services.core.queue import WaitingGangs, least_attained_service, order_key
+from services.core.quiet import first_after, is_quiet, remember
 from services.core.quota import quota_fit
+
+if TYPE_CHECKING:  # the knobs are a value the caller passes in
+    from services.admitter.policy import AdmissionPolicy
 
 #: Events after which queued work may fit: capacity or quota came free, or time passed. An interruption frees
 #: capacity, but recovery requeues (or fails) the gang in the same batch: the cycle runs then, when the gang is
@@ -83,9 +89,50 @@ class Admitter:
             job = state.jobs.get(event.job_id)
             if job is not None and job.state is JobState.QUEUED:
                 decisions.extend(admission_cycle(state, ctx, only=job))
+        elif isinstance(event, m.Tick):
+            decisions.extend(tick_cycle(state, ctx))
         elif isinstance(event, CYCLE_TRIGGERS):
-            decisions.extend(admission_cycle(state, ctx, refresh=isinstance(event, m.Tick)))
+            decisions.extend(admission_cycle(state, ctx, refresh=False))
         return decisions
+
+
+def tick_cycle(state: CellState, ctx: Context) -> list[m.Decision]:
+    """A Tick's full admission cycle, unless the last Tick's decided nothing on this very state (nothing folded
+    since that counts, see CellState.changes) and no time it compared `now` with has come since (`quiet_until`):
+    then every comparison comes out as before, and so does the cycle: nothing. Most Ticks on a busy cell are such,
+    and a cycle's cost grows with the queue."""
+    if is_quiet(state, "admitter", ctx):
+        return []
+    compared: list[int] = []
+    decisions = admission_cycle(state, ctx, refresh=True, compared=compared)
+    remember(state, "admitter", ctx,
+             None if decisions else quiet_until(state, ctx.policy.admission, ctx.now, compared))
+    return decisions
+
+
+def quiet_until(state: CellState, policy: AdmissionPolicy, now: int, compared: Sequence[int]) -> int:
+    """The earliest time after `now` at which a cycle on this state could take another branch than the one just
+    run. Such a cycle compares `now` with times of the state (when holds run out, when backing-off gangs come
+    back, when waiting gangs have waited long enough for a reservation) and with the times it `compared` (the
+    shadow times of reservations, the heads' expected starts, the next release of each GPU type it looked at),
+    and `now` plus a waiting gang's time limit with the latter. A comparison with a time changes its outcome only
+    where `now` reaches it or one past it; one with a time less a limit, one past that."""
+    jobs = state.jobs
+    moments = [jobs[j].hold_until for j in state.holds]
+    limits = set()
+    for job_id in state.queued:
+        job = jobs[job_id]
+        moments.append(job.not_before)
+        moments.append(max(job.submitted_at, job.not_before) + policy.reservation_after_ms)
+        if job.time_limit_ms is not None:
+            limits.add(job.time_limit_ms)
+    until = first_after((*moments, *compared), now)
+    ordered = sorted(limits)
+    for moment in compared:
+        i = bisect_right(ordered, moment - now)  # the longest limit for which moment - limit + 1 is after now
+        if i:
+            until = min(until, moment - ordered[i - 1] + 1)
+    return until
 
 
 def unplaceable_after_reconfiguration(state: CellState, ctx: Context) -> list[m.Decision]:
@@ -196,11 +243,13 @@ def resubmission_changes(state: CellState, job: Job, e: m.JobSubmitted) -> list[
     return changes
 
 
-def admission_cycle(state: CellState, ctx: Context, only: Job | None = None, refresh: bool = True) -> list[m.Decision]:
+def admission_cycle(state: CellState, ctx: Context, only: Job | None = None, refresh: bool = True,
+                    compared: list[int] | None = None) -> list[m.Decision]:
     """Admits what fits, in queue order. `only` tries one newcomer; without `refresh`, gangs bigger
     than the free GPUs of their type are skipped without restating why they wait (a Tick does). A full cycle
     first releases the holds that have run out; a gang with capacity held for it may use that capacity, and
-    no lower-ranked work is admitted if it would delay the expected start of a head (services/core/heads.py)."""
+    no lower-ranked work is admitted if it would delay the expected start of a head (services/core/heads.py).
+    `compared` receives the times besides those of waiting gangs and holds that the cycle compared `now` with."""
     policy = ctx.policy.admission
     now = ctx.now
     quiet = not refresh and only is None and policy.backfill
@@ -387,6 +436,12 @@ def admission_cycle(state: CellState, ctx: Context, only: Job | None = None, ref
             order.refused(lambda other: False)  # the rest of its group meets the new reservation: looked at again
             continue
         refuse(job, outcome.reason, outcome.detail, room=True)
+    if compared is not None:
+        # A shadow time of now (its nodes' holders all past their time limits) stays now: no gang, with a time
+        # limit of at least 1 ms, ends before it at any time.
+        compared.extend(shadow for shadow in shadows.values() if shadow is not None and shadow != now)
+        if guard is not None:
+            compared.extend(guard.compared())
     return decisions
 
 

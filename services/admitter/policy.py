@@ -39,5 +39,8 @@ class AdmissionPolicy:
         if not 0 <= self.least_attained_service_min_cv <= 100:
             raise ValueError("policy.admission.least_attained_service_min_cv must be between 0 and 100, not "
                              f"{self.least_attained_service_min_cv!r}")
+        if self.admissions_per_team_per_cycle is not None and self.admissions_per_team_per_cycle < 1:
+            raise ValueError("policy.admission.admissions_per_team_per_cycle must be at least 1 (or null: no limit), "
+                             f"not {self.admissions_per_team_per_cycle!r}")
         if not 0 < self.max_drain_share <= 1:
             raise ValueError(f"policy.admission.max_drain_share must be in (0, 1], not {self.max_drain_share!r}")

@@ -14,9 +14,10 @@ from pathlib import Path
 
 from confluent_kafka import KafkaException
 
+from events.arguments import positive_int, within
 from events.auth import AuthError, agent_principal
 from events.clock import VirtualClock, epoch_from_env, speedup_from_env
-from events.command import guarded
+from events.command import guarded, needs_broker
 from events.durations import parse_duration
 from events.launcher.spec import valid_name
 from events.log import EventProducer
@@ -33,7 +34,7 @@ EXAMPLE = "gangway agent --node gpu-1 --gpus 8 --gpu-type H100 --rack r1 --block
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--node", required=True, help="the node's name (one agent per node)")
-    parser.add_argument("--gpus", type=int, required=True, help="GPUs on the node (CUDA indices 0..N-1)")
+    parser.add_argument("--gpus", type=positive_int, required=True, help="GPUs on the node (CUDA indices 0..N-1)")
     parser.add_argument("--gpu-type", required=True, help="e.g. H100")
     parser.add_argument("--rack", required=True)
     parser.add_argument("--block", required=True)
@@ -54,14 +55,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="comma-separated cells in partition order (default: $GANGWAY_CELLS or cell-a)")
     parser.add_argument("--cell", default=None, help="the node's cell (default: the first of --cells)")
     parser.add_argument("--bootstrap-servers", default=os.environ.get("KAFKA_BOOTSTRAP_SERVERS", "127.0.0.1:9092"))
-    parser.add_argument("--speedup", type=float, default=speedup_from_env(),
+    parser.add_argument("--speedup", type=within(float, 0), default=speedup_from_env(),
                         help="event time runs this many times faster, as the clock's (default $GANGWAY_SPEEDUP or 1)")
     parser.add_argument("--epoch", type=float, default=epoch_from_env(),
                         help="Unix seconds at which event time equals wall time (default $GANGWAY_EPOCH, else now)")
     parser.add_argument("-v", "--verbose", action="store_true")
 
 
-def run(args: argparse.Namespace) -> int:
+def _run(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         format="%(asctime)s %(name)s %(message)s")
     cells = tuple(c.strip() for c in args.cells.split(",") if c.strip())
@@ -148,3 +149,6 @@ def _write(producer: EventProducer, agent: NodeAgent) -> None:
     with producer.transaction():
         for event, heartbeat in events:
             (producer.produce_heartbeat if heartbeat else producer.produce)(event)
+
+
+run = needs_broker("agent", _run)

@@ -11,9 +11,10 @@ import sys
 from confluent_kafka import KafkaException
 
 from events import models as m
+from events.arguments import non_negative, positive_int, within
 from events.auth import FLEET, AuthError
 from events.clock import VirtualClock, epoch_from_env
-from events.command import guarded
+from events.command import guarded, needs_broker
 from events.durations import parse_duration
 from events.log import EventProducer
 from events.reader import LogReader
@@ -28,15 +29,15 @@ MAX_WAIT_S = 0.1  # longest poll: timers are checked at least this often
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--nodes", type=int, required=True, help="nodes per cell")
-    parser.add_argument("--gpus-per-node", type=int, default=8)
-    parser.add_argument("--nodes-per-rack", type=int, default=4)
-    parser.add_argument("--racks-per-block", type=int, default=None, help="default: one block of every rack")
+    parser.add_argument("--nodes", type=within(int, 1, low_included=True), required=True, help="nodes per cell")
+    parser.add_argument("--gpus-per-node", type=positive_int, default=8)
+    parser.add_argument("--nodes-per-rack", type=positive_int, default=4)
+    parser.add_argument("--racks-per-block", type=positive_int, default=None, help="default: one block of every rack")
     parser.add_argument("--gpu-type", default="H100")
     parser.add_argument("--cells", default=",".join(cells_from_env()),
                         help="comma-separated cells in partition order; each gets --nodes nodes")
     parser.add_argument("--bootstrap-servers", default=os.environ.get("KAFKA_BOOTSTRAP_SERVERS", "127.0.0.1:9092"))
-    parser.add_argument("--speedup", type=float, default=1.0, help="event time runs this many times faster (as the clock's)")
+    parser.add_argument("--speedup", type=within(float, 0), default=1.0, help="event time runs this many times faster (as the clock's)")
     parser.add_argument("--epoch", type=float, default=epoch_from_env(),
                         help="Unix seconds at which event time equals wall time: the clock's (default $GANGWAY_EPOCH, else now)")
     parser.add_argument("--heartbeat-every", type=parse_duration, default=5_000, metavar="DURATION")
@@ -45,18 +46,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--checkpoint-every", type=parse_duration, default=10 * 60_000, metavar="DURATION")
     parser.add_argument("--checkpoint-delay", type=parse_duration, default=30_000, metavar="DURATION",
                         help="time to write a checkpoint when preemption asks for one")
-    parser.add_argument("--node-failure-rate", type=float, default=0.0, metavar="F", help="node losses per node-hour")
-    parser.add_argument("--xid-rate", type=float, default=0.0, metavar="F", help="Xid errors (79, 48, 13) per node-hour")
+    parser.add_argument("--node-failure-rate", type=non_negative, default=0.0, metavar="F", help="node losses per node-hour")
+    parser.add_argument("--xid-rate", type=non_negative, default=0.0, metavar="F", help="Xid errors (79, 48, 13) per node-hour")
     parser.add_argument("--repair-time", type=parse_duration, default=10 * 60_000, metavar="DURATION",
                         help="a lost or cordoned node passes its health checks this long after failing")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--fail-node", default=None, metavar="NAME", help="test hook: lose this node ...")
-    parser.add_argument("--fail-at", type=float, default=0.0, metavar="SECONDS",
+    parser.add_argument("--fail-at", type=non_negative, default=0.0, metavar="SECONDS",
                         help="... this many event seconds after its first worker starts")
     parser.add_argument("-v", "--verbose", action="store_true")
 
 
-def run(args: argparse.Namespace) -> int:
+def _run(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         format="%(asctime)s %(name)s %(message)s")
     cells = tuple(c.strip() for c in args.cells.split(",") if c.strip())
@@ -102,6 +103,10 @@ def run_fleet(fleet: Fleet, bootstrap: str, topics: TopicNames, cells: tuple[str
     producers = {cell: EventProducer(bootstrap, f"{name_prefix}gangway-fleet-{cell}", topics, cells,
                                      principal=FLEET, inputs=route)
                  for cell in fleet.cells}
+    # Every node's input at once: made one by one, each new topic would cost the intake a rebalance, and the
+    # heartbeats of the nodes already taken in would stall behind them long enough to look like silence.
+    for cell, producer in producers.items():
+        producer.make_inputs([topics.node_input(node) for node, c in sorted(fleet.node_cell.items()) if c == cell])
     # Every start folds the cells' logs from the beginning, as a fresh projection would.
     reader = LogReader(fleet.cells, bootstrap, all_cells=cells, topics=topics, principal=FLEET)
     tracer = Tracer("fleet")
@@ -140,3 +145,6 @@ def _write(fleet: Fleet, producers: dict[str, EventProducer]) -> None:
     """One transaction per cell for what the timers produced since the last write."""
     for cell, events in fleet.drain().items():
         producers[cell].write([e for e, heartbeat in events if not heartbeat], [e for e, heartbeat in events if heartbeat])
+
+
+run = needs_broker("fleet", _run)

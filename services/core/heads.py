@@ -20,6 +20,7 @@ admitter's `Guard` computes the same once per head and cycle and keeps it curren
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Container, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -267,6 +268,15 @@ class Guard:
                                                               released, self.admissible(head),
                                                               head.job_id in self.reservations)
         return start
+
+    def compared(self) -> list[int]:
+        """The times the expected starts computed so far compared `now` with: each known start later than now (a
+        start of now, a head admissible now, stays now while nothing else changes), and the next
+        release after now of each GPU type looked at (nothing comes free before it)."""
+        out = [s.start for s in self.starts.values() if s.start not in (None, EVENTUALLY, self.now)]
+        for released in self.running.values():
+            out.extend(itertools.islice((r[0] for r in released if r[0] > self.now), 1))
+        return out
 
     def forget(self, head: Job) -> None:
         """The head's expected start must be computed again (it now holds a reservation)."""

@@ -6,15 +6,14 @@ from __future__ import annotations
 import argparse
 import os
 from collections.abc import Callable
-from dataclasses import dataclass
 
 from confluent_kafka import KafkaException
 from rich.live import Live
 from rich.spinner import Spinner
 
 from events.auth import AuthError
-from events.broker import cluster_node_ids
-from events.command import guarded
+from events.broker import unreachable
+from events.command import Command, guarded
 from events.launcher.spec import SpecError, load_documents
 from projections.jobs import JobState
 from services.launcher.client import Client, JobStatus, LauncherError
@@ -32,15 +31,6 @@ NODE_COLUMNS = (("BLOCK", lambda n: n.block), ("RACK", lambda n: n.rack), ("NODE
                 ("FREE", lambda n: n.free), ("STATE", lambda n: n.state), ("JOBS", lambda n: ",".join(n.jobs) or None))
 
 
-@dataclass(frozen=True)
-class Command:
-    """One `gangway` subcommand: the dispatcher (replay/cli.py) calls `add_arguments` and `run`."""
-
-    add_arguments: Callable[[argparse.ArgumentParser], None]
-    run: Callable[[argparse.Namespace], int]
-    example: str
-
-
 def _common(parser: argparse.ArgumentParser, output: bool = False) -> None:
     parser.add_argument("--bootstrap-servers", default=os.environ.get("KAFKA_BOOTSTRAP_SERVERS", "127.0.0.1:9092"))
     parser.add_argument("--cell", default=None, help="the cell (default: the first of $GANGWAY_CELLS)")
@@ -49,9 +39,9 @@ def _common(parser: argparse.ArgumentParser, output: bool = False) -> None:
 
 
 def _client(args: argparse.Namespace) -> Client:
-    if not cluster_node_ids(args.bootstrap_servers, timeout=5):
-        raise LauncherError(f"no Kafka broker answers at {args.bootstrap_servers} (start one with `gangway kafka "
-                            "start`, or set KAFKA_BOOTSTRAP_SERVERS / --bootstrap-servers)")
+    problem = unreachable(args.bootstrap_servers)
+    if problem:
+        raise LauncherError(problem)
     return Client(args.bootstrap_servers, args.cell)
 
 
@@ -234,25 +224,18 @@ def _cordon_command(cordon: bool) -> Callable[[argparse.Namespace], int]:
     return run
 
 
-COMMANDS: tuple[tuple[str, str, Command], ...] = (
-    ("submit", "submit jobs from YAML files (kind: Job); --wait follows them to the end",
-     Command(_submit_arguments, _guarded("submit", _submit),
-             "gangway submit examples/train.yaml --team vision --wait")),
-    ("cancel", "cancel jobs, wherever they are (queued, running, checkpointing)",
-     Command(_cancel_arguments, _guarded("cancel", _cancel), "gangway cancel train-mlp")),
-    ("jobs", "list jobs: team, state, GPUs, shape, reason, queue position, age",
-     Command(_jobs_arguments, _guarded("jobs", _jobs), "gangway jobs --team vision --state queued -o json")),
-    ("job", "one job: spec, state, placement, attempts",
-     Command(_job_arguments, _guarded("job", _job), "gangway job train-mlp -o yaml")),
-    ("apply", "define teams, cohorts, quotas and priority classes from YAML files",
-     Command(_apply_arguments, _guarded("apply", _apply), "gangway apply examples/teams.yaml")),
-    ("teams", "quota per team and GPU type: nominal, used, borrowed, lent",
-     Command(_listing_arguments, _guarded("teams", _listing(Client.teams, TEAM_COLUMNS)), "gangway teams -o json")),
-    ("nodes", "nodes by block and rack: GPUs used and free, state, jobs",
-     Command(_listing_arguments, _guarded("nodes", _listing(Client.nodes, NODE_COLUMNS)), "gangway nodes")),
-    ("cordon", "stop placing new work on a node (running work stays)",
-     Command(_cordon_arguments, _guarded("cordon", _cordon_command(True)),
-             "gangway cordon node-3 --reason 'fan noise'")),
-    ("uncordon", "let a cordoned node take work again",
-     Command(_cordon_arguments, _guarded("uncordon", _cordon_command(False)), "gangway uncordon node-3")),
-)
+#: The subcommands this module runs, by name; their help is in the dispatcher (replay/cli.py).
+COMMANDS: dict[str, Command] = {
+    "submit": Command(_submit_arguments, _guarded("submit", _submit),
+                      "gangway submit examples/train.yaml --team vision --wait"),
+    "cancel": Command(_cancel_arguments, _guarded("cancel", _cancel), "gangway cancel train-mlp"),
+    "jobs": Command(_jobs_arguments, _guarded("jobs", _jobs), "gangway jobs --team vision --state queued -o json"),
+    "job": Command(_job_arguments, _guarded("job", _job), "gangway job train-mlp -o yaml"),
+    "apply": Command(_apply_arguments, _guarded("apply", _apply), "gangway apply examples/teams.yaml"),
+    "teams": Command(_listing_arguments, _guarded("teams", _listing(Client.teams, TEAM_COLUMNS)),
+                     "gangway teams -o json"),
+    "nodes": Command(_listing_arguments, _guarded("nodes", _listing(Client.nodes, NODE_COLUMNS)), "gangway nodes"),
+    "cordon": Command(_cordon_arguments, _guarded("cordon", _cordon_command(True)),
+                      "gangway cordon node-3 --reason 'fan noise'"),
+    "uncordon": Command(_cordon_arguments, _guarded("uncordon", _cordon_command(False)), "gangway uncordon node-3"),
+}

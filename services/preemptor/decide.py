@@ -29,7 +29,9 @@ from projections.cell import CellState
 from projections.jobs import Job, JobState
 from services.core.decider import Context
 from services.core.queue import queue_order, service_varies
+from services.core.quiet import first_after, is_quiet, remember
 from services.preemptor.eviction import AfterEviction, plan, stale
+from services.preemptor.policy import PreemptionPolicy
 from services.preemptor.victims import (
     borrowing_teams,
     candidates,
@@ -54,19 +56,16 @@ class Preemptor:
     answers_refusals = False
 
     def decide(self, state: CellState, event: m.Event, ctx: Context) -> list[m.Decision]:
+        if isinstance(event, m.Tick):
+            return tick(state, ctx)
         decisions: list[m.Decision] = []
         if isinstance(event, m.CheckpointCompleted):
             victim = state.jobs.get(event.job_id)
             if victim is not None and victim.state is JobState.PREEMPTING and victim.attempt == event.attempt:
                 decisions.append(_preempted(victim, Reason.CHECKPOINT_COMPLETED, event.checkpoint_id, ctx))
-        if isinstance(event, m.Tick):
-            for victim in [state.jobs[j] for j in sorted(state.preempting)]:
-                if victim.preemption_deadline is not None and ctx.now >= victim.preemption_deadline:
-                    checkpoint = victim.checkpoint.checkpoint_id if victim.checkpoint else None
-                    decisions.append(_preempted(victim, Reason.CHECKPOINT_DEADLINE_PASSED, checkpoint, ctx))
         if isinstance(event, _BENEFICIARY_DONE):
             return withdraw(state, event.job_id, ctx)
-        if isinstance(event, (m.CapacityHeld, m.JobQueued, m.Tick)):
+        if isinstance(event, (m.CapacityHeld, m.JobQueued)):
             ctx = _time_sharing_gated(state, ctx)
         if isinstance(event, m.CapacityHeld):
             if event.envelope.reason is Reason.HELD_FOR_PREEMPTION:
@@ -78,15 +77,48 @@ class Preemptor:
             job = state.jobs.get(event.job_id)
             if job is not None:
                 decisions.extend(preempt_for(state, job, ctx))
-        elif isinstance(event, m.Tick):
-            memo: dict = {}  # victims alike for several gangs: nothing changes between them
-            for job in itertools.islice(queue_order(state, _may_preempt(state, ctx), ctx.policy.admission),
-                                        CANDIDATES_PER_TICK):
-                chosen = preempt_for(state, job, ctx, memo)
-                decisions.extend(chosen)
-                if chosen:
-                    break  # one beneficiary per tick: the next tick sees its hold and its victims
         return decisions
+
+
+def tick(state: CellState, ctx: Context) -> list[m.Decision]:
+    """Victims whose checkpoint deadline passed are preempted; then the most entitled waiting gangs that may have
+    victims look for them, until one finds some. When the last Tick found no deadline passed and no gang that may
+    have victims, on this very state (CellState.changes), that holds until `quiet_until`: the Tick is skipped."""
+    if is_quiet(state, "preemptor", ctx):
+        return []
+    decisions: list[m.Decision] = []
+    for victim in [state.jobs[j] for j in sorted(state.preempting)]:
+        if victim.preemption_deadline is not None and ctx.now >= victim.preemption_deadline:
+            checkpoint = victim.checkpoint.checkpoint_id if victim.checkpoint else None
+            decisions.append(_preempted(victim, Reason.CHECKPOINT_DEADLINE_PASSED, checkpoint, ctx))
+    gated = _time_sharing_gated(state, ctx)
+    waiting = _may_preempt(state, gated) if gated.policy.preemption.enabled else []
+    memo: dict = {}  # victims alike for several gangs: nothing changes between them
+    for job in itertools.islice(queue_order(state, waiting, gated.policy.admission), CANDIDATES_PER_TICK):
+        chosen = preempt_for(state, job, gated, memo)
+        decisions.extend(chosen)
+        if chosen:
+            break  # one beneficiary per tick: the next tick sees its hold and its victims
+    remember(state, "preemptor", ctx,
+             None if decisions or waiting else quiet_until(state, gated.policy.preemption, ctx.now))
+    return decisions
+
+
+def quiet_until(state: CellState, policy: PreemptionPolicy, now: int) -> int:
+    """The earliest time after `now` at which a Tick on this state could find a deadline passed or a gang that may
+    have victims: a victim's deadline; a waiting gang coming back from backing off or having waited long enough;
+    with time-sharing, a running job's attained service reaching its next band (it may then yield to gangs of a
+    lower band). Everything else these tests read is the state's."""
+    jobs = state.jobs
+    moments = [jobs[j].preemption_deadline for j in state.preempting if jobs[j].preemption_deadline is not None]
+    for job_id in state.queued:
+        job = jobs[job_id]
+        moments.append(job.not_before)
+        moments.append(max(job.submitted_at, job.not_before) + policy.wait_before_preempting_ms)
+    if policy.time_share != "Never":
+        for running in state.running_by_team.values():
+            moments.extend(at for _, j in running if (at := jobs[j].next_band_at(now)) is not None)
+    return first_after(moments, now)
 
 
 def _time_sharing_gated(state: CellState, ctx: Context) -> Context:

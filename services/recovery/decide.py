@@ -11,11 +11,13 @@ passes its health checks returns, unless an operator cordoned it. Worker exits e
 from __future__ import annotations
 
 from events import models as m
+from events.durations import format_duration
 from events.models import Reason, XidAction
 from projections.cell import CellState
 from projections.cluster import Node
 from projections.jobs import Job, JobState
 from services.core.decider import Context
+from services.core.quiet import NEVER, is_quiet, remember
 from services.recovery.xid import classify
 
 _XID_REASONS = {XidAction.RETIRE_GPU: Reason.GPU_XID_HARDWARE, XidAction.CORDON_NODE: Reason.GPU_XID_NODE,
@@ -35,7 +37,7 @@ class Recovery:
 
     def decide(self, state: CellState, event: m.Event, ctx: Context) -> list[m.Decision]:
         if isinstance(event, m.Tick):
-            return silent_nodes(state, ctx)
+            return silent_nodes(state, ctx) + overdue(state, ctx)
         if isinstance(event, m.NodeFailed):
             node = state.cluster.nodes.get(event.node)
             if node is None:
@@ -56,19 +58,70 @@ class Recovery:
 
 def silent_nodes(state: CellState, ctx: Context) -> list[m.Decision]:
     """NodeFailed for each node silent past the threshold. Heartbeats are side input, off the main log: a
-    replay has none and takes the failures the log records for this tick as the facts they are."""
+    replay has none and takes the failures the log records for this tick as the facts they are.
+
+    When most of the cell's heartbeating nodes fall silent together (two or more, and more than
+    `mass_silence_percent` of them), it is far likelier that the path their heartbeats take to recovery stopped
+    (the intake or its broker stalled) than that they all died at once: none is failed until enough are heard
+    again, as Kubernetes' node lifecycle controller stops evicting in a fully disrupted zone."""
     if ctx.heartbeats is None:
         return ctx.replayed([d for d in ctx.recorded if isinstance(d, m.NodeFailed)
                              and d.envelope.reason is Reason.HEARTBEAT_MISSED])
-    threshold = ctx.policy.recovery.heartbeat_timeout_ms
+    policy = ctx.policy.recovery
     # Only nodes that heartbeat can fall silent; a recovered node's silence counts from its recovery.
-    last_seen = {name: max(at, state.last_heartbeat.get(name, at)) for name, at in ctx.heartbeats.items()}
-    return [
-        m.NodeFailed(envelope=ctx.envelope(Reason.HEARTBEAT_MISSED), node=name,
-                     last_heartbeat_at=last, threshold_ms=threshold)
-        for name, last in sorted(last_seen.items())
-        if ctx.now - last > threshold and name in state.cluster.nodes and not state.cluster.nodes[name].failed
-    ]
+    watched = {name: max(at, state.last_heartbeat.get(name, at)) for name, at in ctx.heartbeats.items()
+               if name in state.cluster.nodes and not state.cluster.nodes[name].failed}
+    silent = sorted(name for name, last in watched.items() if ctx.now - last > policy.heartbeat_timeout_ms)
+    if len(silent) >= 2 and len(silent) * 100 > policy.mass_silence_percent * len(watched):
+        return []
+    return [m.NodeFailed(envelope=ctx.envelope(Reason.HEARTBEAT_MISSED), node=name, last_heartbeat_at=watched[name],
+                         threshold_ms=policy.heartbeat_timeout_ms)
+            for name in silent]
+
+
+def overdue(state: CellState, ctx: Context) -> list[m.Decision]:
+    """Attempts that overran a limit. With `enforce_time_limits`, a run longer than its job's time limit ends the
+    job (JobFailed, as Slurm ends a job at its TimeLimit; backfill promised a reservation that such work ends by
+    then). With `start_timeout_ms`, a gang whose workers have not all started that long after its admission is
+    interrupted and requeued with back-off (Kueue's waitForPodsReady): GPUs held by workers that never run serve
+    nobody. A Tick before the first such moment is skipped (quiet Ticks) while no attempt started since
+    (`CellState.starts`): any other change can only take a limit away, never bring the first one nearer."""
+    policy = ctx.policy.recovery
+    if (not policy.enforce_time_limits and policy.start_timeout_ms is None) or is_quiet(state, "recovery", ctx,
+                                                                                         state.starts):
+        return []
+    now, jobs = ctx.now, state.jobs
+    limits, timeout = policy.enforce_time_limits, policy.start_timeout_ms
+    due: list[str] = []
+    until = NEVER  # the first moment after now at which an attempt holding GPUs becomes overdue
+    for job_id in state.holding:  # every Tick whose state changed reads them all: kept lean
+        job = jobs[job_id]
+        if job.running_since is not None:
+            if not limits or job.time_limit_ms is None:
+                continue
+            end = job.running_since + job.time_limit_ms + 1
+        elif timeout is not None and job.admitted_at is not None:
+            end = job.admitted_at + timeout + 1
+        else:
+            continue
+        if end <= now:
+            due.append(job_id)
+        elif end < until:
+            until = end
+    remember(state, "recovery", ctx, None if due else until, state.starts)
+    decisions: list[m.Decision] = []
+    for job in (jobs[j] for j in sorted(due)):
+        if job.running_since is not None:
+            ran = format_duration((now - job.running_since) // 1000 * 1000)
+            decisions.append(m.JobFailed(envelope=ctx.envelope(Reason.TIME_LIMIT_EXCEEDED, job.job_id),
+                                         job_id=job.job_id, detail=f"its run of {ran} exceeded its time limit of "
+                                                                   f"{format_duration(job.time_limit_ms)}"))
+        else:
+            started = len(job.started_workers)
+            detail = (f"{started} of {len(job.assignments) or job.admitted_workers} workers started within "
+                      f"{format_duration(policy.start_timeout_ms)} of its admission")
+            decisions.extend(interrupt(state, [job], None, Reason.WORKERS_NOT_STARTED, detail, ctx))
+    return decisions
 
 
 def gpu_error(state: CellState, event: m.GpuErrorReported, ctx: Context) -> list[m.Decision]:

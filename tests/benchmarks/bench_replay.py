@@ -1,19 +1,22 @@
 """Replay speed of the audit commands, per process, and where the time goes.
 
-    python tests/benchmarks/bench_replay.py [--trace PATH] [--log FILE] [--profile]
+    python tests/benchmarks/bench_replay.py [--trace PATH] [--log FILE] [--runs N] [--against DIR] [--profile]
+    python tests/benchmarks/bench_replay.py --cell CELL [--runs N]
 
 Makes a cell log by simulating an ITP trace (default cluster02 at 1.2x its demand: ~190,000 events; the sim's
 own log, exactly what a cell on Kafka would hold for it), exports it, then times each step an audit takes:
 
-- read: the exported Avro file decoded (fastavro) and validated into event models (pydantic);
+- read: the exported Avro file decoded into event models (events/decoder.py's generated readers);
 - fold: the state rebuilt from the log (`replay state`, `report`, `explain` without --why);
 - timeline: `explain`'s fold with the job's lines;
 - verify: one service's replica over the log (fold + decide on every event it answers), for each of the four.
 
 Each figure is events per second of one process on this machine, inside the collector pacing the audit commands
 use (events/collector.py). Then each audit command runs as a process of its own on the exported file, timed from
-start to exit (interpreter start and imports included: about 0.4 s, with bytecode caches). `--profile` prints the functions that take
-the most time in read, fold and verify.
+start to exit (interpreter start and imports included, with bytecode caches), `--runs` times, median. With
+`--against DIR` (another checkout of Gangway, e.g. `git worktree add /tmp/before <commit>`) each process runs
+alternately in both trees, side by side. `--profile` prints the functions that take the most time in read, fold
+and verify.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ import argparse
 import compileall
 import cProfile
 import pstats
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -35,11 +39,13 @@ sys.path.insert(0, str(ROOT))
 from events import models as m  # noqa: E402
 from events.collector import rare_collections  # noqa: E402
 from events.logfile import read_log_file, write_log_file  # noqa: E402
+from events.reader import default_bootstrap  # noqa: E402
 from projections.cell import CellState  # noqa: E402
 from projections.evolve import evolve  # noqa: E402
 from replay.audit.timeline import timeline  # noqa: E402
 from replay.sim.run import simulate  # noqa: E402
 from replay.sim.workload import SimConfig, build_workload  # noqa: E402
+from replay.source import read_cell, read_file  # noqa: E402
 from replay.verify import verify  # noqa: E402
 from services.policies import GANGWAY  # noqa: E402
 from services.run_cli import DECIDERS  # noqa: E402
@@ -82,8 +88,15 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--trace", type=Path, default=DEFAULT_TRACE)
     parser.add_argument("--log", type=Path, help="an exported log to replay instead of simulating the trace")
+    parser.add_argument("--runs", type=int, default=3, help="runs of each command as a process (median)")
+    parser.add_argument("--against", type=Path, metavar="DIR", help="another checkout to time side by side")
+    parser.add_argument("--cell", metavar="CELL", help="also read this live cell from Kafka (its broker and topic "
+                        "prefix from $KAFKA_BOOTSTRAP_SERVERS and $GANGWAY_TOPIC_PREFIX), against its exported log")
     parser.add_argument("--profile", action="store_true")
     args = parser.parse_args()
+    if args.cell:
+        live_against_file(args.cell, args.runs)
+        return
     with tempfile.TemporaryDirectory() as folder:
         path = args.log
         if path is None:
@@ -96,11 +109,41 @@ def main() -> None:
         n = len(read_log_file(path).records)
         with rare_collections():
             in_process(path, n, args.profile)
-        as_processes(path, n)
+        as_processes(path, n, args.runs, args.against)
+
+
+def live_against_file(cell: str, runs: int) -> None:
+    """A live cell's log read from Kafka (records fetched, signatures checked, decoded) and the same log read from
+    its export, alternating, in process; then `replay state` as a process both ways. Medians of `runs`."""
+    bootstrap = default_bootstrap()
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder) / "cell.avro"
+        subprocess.run([sys.executable, "-m", "replay.cli", "log", "export", "--cell", cell, "--out", str(path),
+                        "--bootstrap-servers", bootstrap], cwd=ROOT, check=True, stdout=subprocess.DEVNULL)
+        times: dict[str, list[float]] = {}
+        n = 0
+        with rare_collections():
+            for _ in range(runs):
+                for label, read in (("live (--cell)", lambda: read_cell(cell, bootstrap)),
+                                    ("exported (--log)", lambda: read_file(path))):
+                    start = time.perf_counter()
+                    n = len(read().records)
+                    times.setdefault(f"read {label}", []).append(time.perf_counter() - start)
+        last = str(read_file(path).last_offset)
+        for _ in range(runs):
+            for label, source in (("live (--cell)", ["--cell", cell, "--bootstrap-servers", bootstrap]),
+                                  ("exported (--log)", ["--log", str(path)])):
+                start = time.perf_counter()
+                subprocess.run([sys.executable, "-m", "replay.cli", "replay", "state", "--at", last, *source],
+                               cwd=ROOT, check=True, stdout=subprocess.DEVNULL)
+                times.setdefault(f"gangway replay state {label}", []).append(time.perf_counter() - start)
+    for label, seconds in times.items():
+        median = statistics.median(seconds)
+        print(f"{label:42} {n:>9,} events in {median:6.2f} s = {n / median:>9,.0f} events/s (median of {runs})")
 
 
 def in_process(path: Path, n: int, profile: bool) -> None:
-    records = timed("read (decode + validate)", n, lambda: read_log_file(path).records, profile)
+    records = timed("read (decode)", n, lambda: read_log_file(path).records, profile)
     state = timed("fold (replay state)", n, lambda: fold(records), False)
     busiest = max(state.jobs.values(), key=lambda j: len(j.history)).job_id
     timed("explain (timeline fold)", n, lambda: timeline(records, busiest), False)
@@ -110,22 +153,31 @@ def in_process(path: Path, n: int, profile: bool) -> None:
         assert verdict.ok, verdict
 
 
-def as_processes(path: Path, n: int) -> None:
+def as_processes(path: Path, n: int, runs: int, against: Path | None) -> None:
     """Each audit command as a user runs it, start to exit, with the bytecode caches any run but the first finds
     (written here first: an environment with PYTHONDONTWRITEBYTECODE set would compile every module each run)."""
-    for package in ("events", "projections", "replay", "services"):
-        compileall.compile_dir(ROOT / package, quiet=1)
+    trees = {"this": ROOT, **({"against": against.resolve()} if against else {})}
+    for tree in trees.values():
+        for package in ("events", "projections", "replay", "services"):
+            compileall.compile_dir(tree / package, quiet=1)
     records = read_log_file(path).records
     last = records[-1][0]
     job = Counter(m.field_of(e, "job_id") for _, e in records if m.field_of(e, "job_id")).most_common(1)[0][0]
-    gangway = [sys.executable, "-m", "replay.cli"]
-    for words in (["replay", "state", "--at", str(last)], ["explain", job], ["explain", job, "--why"], ["report"],
-                  ["verify", "--service", "admitter"], ["verify", "--service", "preemptor"]):
-        start = time.perf_counter()
-        subprocess.run([*gangway, *words, "--log", str(path)], cwd=ROOT, check=True, stdout=subprocess.DEVNULL)
-        seconds = time.perf_counter() - start
-        label = "gangway " + " ".join(word for word in words if word not in (job, str(last), "--at", "--service"))
-        print(f"{label:28} {n:>9,} events in {seconds:6.2f} s = {n / seconds:>9,.0f} events/s (process)")
+    commands = (["replay", "state", "--at", str(last)], ["explain", job], ["explain", job, "--why"], ["report"],
+                ["verify", "--service", "admitter"], ["verify", "--service", "preemptor"])
+    times: dict[tuple[str, str], list[float]] = {}
+    for _ in range(runs):
+        for words in commands:
+            label = "gangway " + " ".join(word for word in words if word not in (job, str(last), "--at", "--service"))
+            for name, tree in trees.items():  # alternating, so both meet the machine in the same state
+                start = time.perf_counter()
+                subprocess.run([sys.executable, "-m", "replay.cli", *words, "--log", str(path.resolve())], cwd=tree,
+                               check=True, stdout=subprocess.DEVNULL)
+                times.setdefault((label, name), []).append(time.perf_counter() - start)
+    for (label, name), seconds in times.items():
+        median = statistics.median(seconds)
+        print(f"{label:28} {name:8} {n:>9,} events in {median:6.2f} s = {n / median:>9,.0f} events/s "
+              f"(process, median of {runs}: {', '.join(f'{s:.2f}' for s in seconds)})")
 
 
 if __name__ == "__main__":

@@ -48,10 +48,15 @@ def test_the_dashboard_shows_the_cells_nodes_and_jobs(browser, live, jobs_submit
     page.close()
 
 
-def test_a_submitted_job_appears_within_a_second(browser, live, jobs_submitted):
+def test_a_submitted_job_appears_without_a_reload(browser, live, jobs_submitted):
+    """The page follows the stream: a job submitted after it opened shows up in place. How fast the read model
+    follows the log is a benchmark's figure (tests/benchmarks/bench_api.py --kafka: commit to fold), not asserted
+    here: a timed test fails on a busy machine, not on a slow page."""
     page = open_dashboard(browser, live, OPERATOR_TOKEN)
+    page.evaluate("window.__opened = true")  # a reload would drop it
     live.submit("late-arrival", "nlp")  # returns once the transaction is committed
-    expect(page.locator('#jobs tr[data-job="late-arrival"]')).to_be_visible(timeout=1_000)
+    expect(page.locator('#jobs tr[data-job="late-arrival"]')).to_be_visible(timeout=15_000)
+    assert page.evaluate("window.__opened === true")
     page.close()
 
 

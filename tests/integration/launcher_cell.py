@@ -40,15 +40,19 @@ class LauncherCell:
         self.plane = ControlPlane(bootstrap, tmp_path,
                                   policy=f"gangway-2+recovery.heartbeat_timeout_ms={int(150_000 * speedup / 30)}")
         self.plane.start_all()
-        self.plane.command("clock", "run", "clock", "--tick-interval", "0.2", "--speedup", str(speedup))
-        for node in nodes:
-            self.start_agent(node)
-        self.client = Client(bootstrap)
-        deadline = time.monotonic() + 60
-        while len(self.client.nodes()) < len(nodes):
-            assert time.monotonic() < deadline, "the agents did not register"
-            time.sleep(0.3)
-        self.client.apply([TEAMS])
+        try:  # a cell that never comes up stops its processes: no fixture knows of it yet
+            self.plane.command("clock", "run", "clock", "--tick-interval", "0.2", "--speedup", str(speedup))
+            for node in nodes:
+                self.start_agent(node)
+            self.client = Client(bootstrap)
+            deadline = time.monotonic() + 60
+            while len(self.client.nodes()) < len(nodes):
+                assert time.monotonic() < deadline, "the agents did not register"
+                time.sleep(0.3)
+            self.client.apply([TEAMS])
+        except BaseException:
+            self.plane.stop_all()
+            raise
 
     def start_agent(self, node: str) -> None:
         self.killed.discard(f"agent-{node}")

@@ -10,7 +10,8 @@ pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 
 
 def test_the_demo_runs_end_to_end(kafka_bootstrap, tmp_path, capsys):
-    code = main(["demo", "--duration", "45", "--node-failure-at", "8", "--bootstrap-servers", kafka_bootstrap,
+    code = main(["demo", "--duration", "45", "--speedup", "15", "--node-failure-at", "4",
+                 "--bootstrap-servers", kafka_bootstrap,
                  "--state-dir", str(tmp_path)])
     out = capsys.readouterr().out
     assert code == 0, out

@@ -6,36 +6,20 @@ import pytest
 from fastavro import parse_schema, schemaless_writer
 from fastavro.schema import fingerprint, to_parsing_canonical_form
 from hypothesis import given, settings
-from hypothesis import strategies as st
 
 from events.codec import MAGIC, EventCodec, Undecodable, UndecodableEvent
 from events.models import (
-    EVENT_TYPES,
     DeadLetter,
     Envelope,
     JobPlaced,
     JobSubmitted,
-    Reason,
     WorkerAssignment,
 )
 from events.schema_catalogue import default_catalogue
+from tests.any_event import events_of_every_type
 
 codec = EventCodec()
 ENVELOPE = Envelope(event_id="e-1", cell="cell-a", at=1_700_000_000_000, producer="test")
-
-
-def _fits_avro_longs(value) -> bool:
-    if isinstance(value, dict):
-        return all(_fits_avro_longs(v) for v in value.values())
-    if isinstance(value, list):
-        return all(_fits_avro_longs(v) for v in value)
-    return not isinstance(value, int) or -(2**63) <= value < 2**63
-
-
-def events_of_every_type():
-    return st.one_of(*(
-        st.builds(cls, envelope=st.builds(Envelope, reason=st.sampled_from(Reason))) for cls in EVENT_TYPES
-    )).filter(lambda event: _fits_avro_longs(event.model_dump()))
 
 
 @settings(max_examples=300, deadline=None)

@@ -15,7 +15,10 @@ from replay.audit.policy import recorded
 from replay.audit.timeline import timeline
 from replay.audit.why import why
 from replay.scenario.play import run_file
+from services.admitter.decide import Admitter
 from services.core.forecast import forecast
+from services.core.replica import Replica
+from services.policy import DEFAULT_POLICY
 from tests.builders import cancel, fold, job, node, quota, team, tick, topology
 
 SCENARIOS = Path(__file__).resolve().parents[1] / "scenarios"
@@ -106,6 +109,18 @@ def test_why_on_a_team_at_its_quota_without_a_cohort():
                                    "its nominal quota and it may not borrow")
     assert any("it has no cohort to borrow from" in c for c in reasons.constraints)
     assert any(c.startswith("quota aside, 1 workers fit now") for c in reasons.constraints)
+
+
+def test_why_after_a_quiet_tick_on_the_same_state_still_restates_the_reason():
+    """`why` probes the admitter with a Tick after clearing the job's reason; a quiet Tick the admitter remembers
+    from an earlier probe of the same state (services/admitter/decide.py `tick_cycle`) must not stand for it."""
+    setup = [topology("rack"), *[node(f"n{i}", rack="r0") for i in range(3)], team("solo"), quota("solo", 8)]
+    cell = fold(*setup, job("first", team="solo", at=1000), job("second", team="solo", at=2000))
+    records = list(enumerate(cell.log))
+    _, state = timeline(records, "second")
+    quiet = Replica(Admitter(), DEFAULT_POLICY, state).answer(state.offset, tick(state.now))
+    assert quiet == []  # the reason it waits is already stated: nothing to say, and remembered as quiet
+    assert why(state, "second", recorded(records)).verdicts[0].startswith("admitter: QUOTA_EXHAUSTED")
 
 
 def test_why_on_a_job_that_ended_and_left_the_state_says_it_ended():

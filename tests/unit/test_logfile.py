@@ -9,7 +9,7 @@ import pytest
 from avro.datafile import DataFileReader
 from avro.io import DatumReader
 
-from events.logfile import NotALogFile, read_log_file, write_log_file
+from events.logfile import FORMAT, NotALogFile, _parsed, read_log_file, write_log_file
 from replay import cli
 from replay.scenario.play import run_file
 
@@ -80,3 +80,26 @@ def test_a_file_that_is_not_an_exported_log_says_so_in_one_line(demo, tmp_path, 
     with pytest.raises(NotALogFile) as error:
         read_log_file(path)
     assert why in str(error.value) and "\n" not in str(error.value)
+
+
+@pytest.mark.parametrize("damage, why", [
+    (lambda block, at: block[:at] + b"\xff" + block[at + 1:], "a string that is not UTF-8"),
+    (lambda block, at: block[:at - 2] + b"\x7f" + block[at - 1:], "a record of event type -64"),
+])
+def test_a_block_whose_records_do_not_follow_the_schema_is_damaged(demo, tmp_path, damage, why):
+    cell, records = demo
+    path = tmp_path / "plain.avro"
+    with open(path, "wb") as out:  # uncompressed, so the damage reaches the records' bytes
+        fastavro.writer(out, _parsed(), [{"offset": o, "event": (f"gangway.{e.event_type}", e.model_dump())}
+                                         for o, e in records[:5]], codec="null",
+                        metadata={"gangway.format": FORMAT, "gangway.cell": cell})
+    with open(path, "rb") as handle:
+        block = next(fastavro.block_reader(handle)).bytes_.getvalue()
+    data = path.read_bytes()
+    start = data.rindex(block)
+    # the first record: its offset, its event type, then its event id's length and text
+    path.write_bytes(data[:start] + damage(block, block.index(records[0][1].envelope.event_id.encode()))
+                     + data[start + len(block):])
+    with pytest.raises(NotALogFile) as error:
+        read_log_file(path)
+    assert why in str(error.value) and "damaged" in str(error.value) and "\n" not in str(error.value)

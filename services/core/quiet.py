@@ -1,0 +1,38 @@
+"""Quiet Ticks: a decider whose Tick decided nothing remembers, on the state, until when a Tick on that same state
+(`CellState.changes`) under the same policy would decide nothing again; a Tick before then is skipped. Each decider
+says when (`first_after` the times it compared `now` with). The cache changes no decision, only its cost."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from projections.cell import CellState
+from projections.validate import LATEST_MS
+from services.core.decider import Context
+
+#: Off only to show, in tests, that skipping quiet Ticks changes no decision.
+SKIP_QUIET_TICKS = True
+#: Later than any time a cell holds: quiet until something changes.
+NEVER = LATEST_MS + 2
+
+
+def is_quiet(state: CellState, decider: str, ctx: Context, count: int | None = None) -> bool:
+    """Whether `decider`'s last Tick on this very state and policy decided nothing, and its quiet lasts past now.
+    `count`: what tells the state changed for this decider, when coarser than `CellState.changes`."""
+    quiet = state.memo.get(decider)
+    return (SKIP_QUIET_TICKS and quiet is not None and quiet[0] == (state.changes if count is None else count)
+            and ctx.now < quiet[2] and (quiet[1] is ctx.policy or quiet[1] == ctx.policy))
+
+
+def remember(state: CellState, decider: str, ctx: Context, until: int | None, count: int | None = None) -> None:
+    """`decider`'s Tick decided nothing and would decide nothing before `until` on this state; None: it decided."""
+    if until is None:
+        state.memo.pop(decider, None)
+    else:
+        state.memo[decider] = (state.changes if count is None else count, ctx.policy, until)
+
+
+def first_after(moments: Iterable[int], now: int) -> int:
+    """The first time after `now` at which a comparison of `now` with one of `moments` (before, at or past it) may
+    come out otherwise: the moment itself, or one past it for a moment of now."""
+    return min([moment if moment > now else now + 1 for moment in moments if moment >= now], default=NEVER)

@@ -1,0 +1,69 @@
+"""A Tick whose cycle the admitter or the preemptor skips (nothing folded since a Tick that decided nothing, and no
+time it compared with has come: services/admitter/decide.py `tick_cycle`, services/preemptor/decide.py `tick`)
+would have decided nothing: the same inputs give the same decision log with the skip and without it."""
+
+import random
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from events import models as m
+from replay.scenario.play import run, run_file
+from services.admitter import decide as admitter
+from services.core import quiet
+from services.preemptor import decide as preemptor
+from tests.property.streams import DataChooser, RandomChooser, stream
+
+SCENARIOS_DIR = Path(__file__).resolve().parents[1] / "scenarios"
+SCENARIOS = sorted(SCENARIOS_DIR.glob("*.yaml"))
+SETTINGS = settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+def decisions(play, skip: bool, monkeypatch) -> list[m.Event]:
+    monkeypatch.setattr(quiet, "SKIP_QUIET_TICKS", skip)
+    return [e for e in play().cell.log if e.is_decision]
+
+
+def ticks_skipped(play, monkeypatch) -> tuple[int, int, int]:
+    """(Ticks, Ticks the admitter skipped, Ticks the preemptor skipped): only a Tick's admission cycle is told what
+    it `compared`, and only a Tick the preemptor does not skip looks for gangs that may have victims."""
+    cycle, looks = admitter.admission_cycle, preemptor._may_preempt
+    calls = {"cycles": 0, "looks": 0}
+
+    def counted_cycle(state, ctx, **kwargs):
+        calls["cycles"] += kwargs.get("compared") is not None
+        return cycle(state, ctx, **kwargs)
+
+    def counted_looks(state, ctx):
+        calls["looks"] += 1
+        return looks(state, ctx)
+    monkeypatch.setattr(admitter, "admission_cycle", counted_cycle)
+    monkeypatch.setattr(preemptor, "_may_preempt", counted_looks)
+    ticks = sum(isinstance(e, m.Tick) for e in play().cell.log)
+    return ticks, ticks - calls["cycles"], ticks - calls["looks"]
+
+
+@pytest.mark.parametrize("path", SCENARIOS, ids=[p.stem for p in SCENARIOS])
+def test_every_scenario_decides_the_same_with_quiet_ticks_skipped(path, monkeypatch):
+    play = lambda: run_file(path)  # noqa: E731
+    assert decisions(play, True, monkeypatch) == decisions(play, False, monkeypatch)
+
+
+@SETTINGS
+@given(st.data())
+def test_random_streams_decide_the_same_with_quiet_ticks_skipped(data):
+    scenario = stream(DataChooser(data), steps=40)
+    with pytest.MonkeyPatch.context() as patch:
+        assert decisions(lambda: run(scenario), True, patch) == decisions(lambda: run(scenario), False, patch)
+
+
+def test_the_comparisons_are_not_empty(monkeypatch):
+    """Quiet Ticks are skipped where the comparisons above run: more than a third of a seeded stream's by the
+    admitter, and by the preemptor more than half of the Ticks while a gang waits for a band to be reached."""
+    ticks, by_admitter, _ = ticks_skipped(lambda: run(stream(RandomChooser(random.Random(7)), 60)), monkeypatch)
+    assert by_admitter > ticks // 3, (ticks, by_admitter)
+    ticks, _, by_preemptor = ticks_skipped(lambda: run_file(SCENARIOS_DIR / "time_share_once_a_band_is_reached.yaml"),
+                                           monkeypatch)
+    assert by_preemptor > ticks // 2, (ticks, by_preemptor)

@@ -1,0 +1,179 @@
+"""Input a user can get wrong, or craft: each gets one clear line and a non-zero exit, never a traceback or a run
+that does not end (found by a sweep of the commands with bad numbers, paths, files and hand-made logs)."""
+
+from pathlib import Path
+
+import fastavro
+import pytest
+
+from events.launcher.spec import SpecError, load_documents
+from events.traces import read_jobs, read_nodes
+from replay.cli import build_parser, main
+from replay.sim.workload import SimConfig, build_workload, resolve_gpus
+from services.policies import UnknownPolicy, resolve
+
+GOLDEN = Path(__file__).resolve().parents[1] / "golden"
+SCENARIO = Path(__file__).resolve().parents[1] / "scenarios" / "demo.yaml"
+
+
+def refused(capsys, *argv: str) -> tuple[int, str]:
+    """Runs `gangway argv`; the exit code and the last line of stderr. argparse's refusals exit 2."""
+    try:
+        code = main(list(argv))
+    except SystemExit as exit_:
+        code = exit_.code
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    return code, err.strip().splitlines()[-1]
+
+
+SIM = ["sim", "--trace", "t.csv", "--gpus", "8"]
+
+
+@pytest.mark.parametrize("argv, complaint", [
+    ([*SIM, "--tick-s", "-60"], "argument --tick-s: -60 is not more than 0"),  # it looped for ever
+    ([*SIM, "--tick-s", "0"], "argument --tick-s: 0 is not more than 0"),
+    ([*SIM, "--checkpoint-every-min", "-1"], "argument --checkpoint-every-min: -1 is not at least 0"),
+    ([*SIM, "--checkpoint-every-min", "nan"], "argument --checkpoint-every-min: nan is not a finite number"),
+    ([*SIM, "--failures-per-1000-gpu-days", "inf"],
+     "argument --failures-per-1000-gpu-days: inf is not a finite number"),
+    ([*SIM, "--gpus-per-node", "0"], "argument --gpus-per-node: 0 is not more than 0"),
+    ([*SIM, "--limit", "-5"], "argument --limit: -5 is not more than 0"),
+    ([*SIM, "--max-restarts", "-1"], "argument --max-restarts: -1 is not at least 0"),
+    ([*SIM, "--time-limit-factor", "-1"], "argument --time-limit-factor: -1 is not at least 0"),
+    (["demo", "--speedup", "0"], "argument --speedup: 0 is not more than 0 and at most 30"),
+    (["demo", "--speedup", "31"], "argument --speedup: 31 is not more than 0 and at most 30"),
+    (["demo", "--nodes", "0"], "argument --nodes: 0 is not at least 1"),
+    (["demo", "--duration", "fast"], "argument --duration: 'fast' is not a number"),
+    (["demo", "--node-failure-at", "-1"], "argument --node-failure-at: -1 is not at least 0"),
+    (["fleet", "--nodes", "-1"], "argument --nodes: -1 is not at least 1"),
+    (["run", "all", "--tick-interval", "0"], "argument --tick-interval: 0 is not more than 0"),
+])
+def test_numbers_a_command_cannot_run_with_are_refused_in_one_line(argv, complaint, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        build_parser(argv[0]).parse_args(argv)
+    assert exit_.value.code == 2 and complaint in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("gpus, complaint", [("0", "a cell needs at least one GPU"), ("-3", "at least one GPU"),
+                                             ("infx", "a factor of the average demand"), ("0x", "such as 1.2x"),
+                                             ("many", "give a number of GPUs")])
+def test_a_cell_size_that_is_no_size_is_refused(gpus, complaint):
+    with pytest.raises(ValueError, match=complaint):
+        resolve_gpus(gpus, [])
+
+
+def test_outputs_that_cannot_be_written_are_refused_before_the_work(tmp_path, capsys):
+    log = str(GOLDEN / "demo.avro")
+    code, line = refused(capsys, "log", "export", "--log", log, "--out", str(tmp_path))
+    assert code == 2 and "is a directory" in line
+    code, line = refused(capsys, "log", "export", "--log", log, "--out", str(tmp_path / "missing" / "x.avro"))
+    assert code == 1 and line.endswith("x.avro: No such file or directory")
+    code, line = refused(capsys, "scenario", "run", str(SCENARIO), "--export-log", str(tmp_path))
+    assert code == 2 and "is a directory" in line
+    (tmp_path / "file").write_text("")
+    code, line = refused(capsys, "sim", "--trace", "t.csv", "--gpus", "8", "--report", str(tmp_path / "file"))
+    assert code == 2 and "exists and is not a directory" in line
+
+
+def test_an_empty_window_is_refused(capsys):
+    log = str(GOLDEN / "reclaim_within_cohort.avro")
+    code, line = refused(capsys, "report", "--log", log, "--from", "500", "--to", "100")
+    assert code == 1 and line == f"gangway report: no records of {log} from 500 to 100"
+    code, line = refused(capsys, "report", "--log", log, "--from", "9999-01-01T00:00Z")
+    assert code == 1 and "no records" in line
+    code, line = refused(capsys, "whatif", "--policy", "fifo", "--log", log, "--from", "500", "--to", "100")
+    assert code == 1 and line == "gangway whatif: --from 500 is after --to 100: nothing to re-drive"
+
+
+def test_a_log_exported_from_a_later_offset_is_no_log_to_audit(tmp_path, capsys):
+    part = tmp_path / "part.avro"
+    assert main(["log", "export", "--log", str(GOLDEN / "demo.avro"), "--from", "200", "--out", str(part)]) == 0
+    code, line = refused(capsys, "replay", "state", "--at", "300", "--log", str(part))
+    assert code == 1 and "holds the log from offset 200 only (exported with --from)" in line
+
+
+def restamped(tmp_path: Path, at: int) -> Path:
+    """The golden demo log with its first Tick stamped `at`, edited with fastavro as anyone could."""
+    with open(GOLDEN / "demo.avro", "rb") as handle:
+        reader = fastavro.reader(handle)
+        schema, metadata, rows = reader.writer_schema, dict(reader.metadata), list(reader)
+    tick = next(row for row in rows if row["event"].keys() == {"envelope"})
+    tick["event"]["envelope"]["at"] = at
+    target = tmp_path / f"at-{at}.avro"
+    with open(target, "wb") as out:
+        fastavro.writer(out, schema, rows, codec="deflate",
+                        metadata={k: v for k, v in metadata.items() if not k.startswith("avro.")})
+    return target
+
+
+@pytest.mark.parametrize("at", [2**63 - 1, -(2**63 - 1), 2**62])
+def test_a_record_stamped_beyond_any_calendar_neither_hangs_nor_breaks_the_audits(at, tmp_path, capsys):
+    path = str(restamped(tmp_path, at))
+    assert main(["whatif", "--policy", "fifo", "--log", path]) == 0  # it stepped time towards 2^63 for ever
+    assert main(["report", "--log", path]) == 0
+    assert main(["replay", "state", "--at", "5", "--log", path]) == 0
+    assert "Traceback" not in capsys.readouterr().err
+
+
+def test_a_file_that_is_not_text_is_refused_with_the_byte(tmp_path, capsys):
+    binary = tmp_path / "binary.yaml"
+    binary.write_bytes(b"\xff\xfe\x00name: x\n")
+    code, line = refused(capsys, "scenario", "run", str(binary))
+    assert code == 2 and line == f"INVALID {binary}: not text (UTF-8): byte 0 is 0xff"
+    with pytest.raises(SpecError, match="not text"):
+        load_documents(binary)
+
+
+@pytest.mark.parametrize("version, complaint", [
+    ("gangway-3+recovery.heartbeat_timeout_ms=-5", "heartbeat_timeout_ms must not be negative"),
+    ("gangway-3+recovery.heartbeat_timeout_ms=true", "heartbeat_timeout_ms must be a duration, not true"),
+    ("gangway-3+recovery.heartbeat_timeout_ms=0", "heartbeat_timeout_ms must be more than 0"),
+    ("gangway-3+admission.max_reservations=-3", "max_reservations must not be negative"),
+    ("gangway-3+admission.admissions_per_team_per_cycle=0", "admissions_per_team_per_cycle must be at least 1"),
+    ("gangway-3+recovery.mass_silence_percent=500", "mass_silence_percent must be between 0 and 100"),
+])
+def test_policy_knobs_out_of_range_are_refused(version, complaint):
+    with pytest.raises(UnknownPolicy, match=complaint):
+        resolve(version)
+    assert resolve("gangway-3+preemption.max_priority_threshold=-5").preemption.max_priority_threshold == -5
+
+
+@pytest.mark.parametrize("content, complaint", [
+    ("job_id,submission_time,duration,num_gpu\nx,abc,10,1\n", "line 2: submission_time 'abc' is not a number"),
+    ("job_id,submission_time,duration,num_gpu\nx,0,nan,1\n", "line 2: duration 'nan' is not a number"),
+    ("job_id,submission_time,duration,num_gpu\nx,0,10,1\ny,5,10,-4\n", "line 3: num_gpu '-4' is not a number"),
+])
+def test_a_trace_row_that_is_no_job_is_refused_with_its_file_and_line(content, complaint, tmp_path):
+    trace = tmp_path / "t.csv"
+    trace.write_text(content)
+    with pytest.raises(ValueError, match=complaint):
+        read_jobs([trace])
+    binary = tmp_path / "b.csv"
+    binary.write_bytes(b"\xff\xfe")
+    with pytest.raises(ValueError, match="not text"):
+        read_jobs([binary])
+
+
+def test_a_trace_beyond_any_cell_s_time_is_refused_before_the_run(tmp_path):
+    """A submission at 10^15 s ticked the cell towards it for ever."""
+    trace = tmp_path / "far.csv"
+    trace.write_text("job_id,submission_time,duration,num_gpu\na,0,100,1\nb,1000000000000000,100,1\n")
+    with pytest.raises(ValueError, match="beyond the 4,102,444,800 s a cell's time holds"):
+        build_workload([trace], SimConfig(gpus=8))
+
+
+def test_a_node_list_without_gpu_nodes_or_with_negative_gpus_is_refused(tmp_path):
+    listed = tmp_path / "nodes.csv"
+    listed.write_text("sn,gpu,model\na,0,V100\n")
+    with pytest.raises(ValueError, match="lists no node with GPUs"):
+        read_nodes(listed)
+    listed.write_text("sn,gpu,model\na,-8,V100\n")
+    with pytest.raises(ValueError, match="line 2: gpu '-8'"):
+        read_nodes(listed)
+
+
+def test_a_long_running_command_without_a_broker_says_so_and_exits(capsys):
+    """It waited on the broker out of reach of Ctrl-C (`run all` printed a TimeoutError and went on)."""
+    code, line = refused(capsys, "fleet", "--nodes", "4", "--bootstrap-servers", "127.0.0.1:1")
+    assert code == 1 and line.startswith("gangway fleet: no Kafka broker answers at 127.0.0.1:1")
