@@ -8,19 +8,23 @@ by Δ·(X−1) seconds of event time, enough for recovery to find every heartbea
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from confluent_kafka import Producer
+from confluent_kafka import KafkaException, Producer
 
 from events.auth import client_config, service_principal, signer
 from events.broker import quiet_logger
 from events.codec import EventCodec
+from events.log import transient
 from events.models import Envelope, Tick
 from events.topics import TopicNames, cell_partition
+
+log = logging.getLogger("gangway.clock")
 
 
 @dataclass
@@ -76,7 +80,12 @@ def run_clock(bootstrap_servers: str, topics: TopicNames, cells: Sequence[str], 
             tick = Tick(envelope=Envelope(event_id=f"clock-{cell}-{at}", cell=cell, at=at, producer="clock"))
             value, partition = codec.encode(tick), cell_partition(cells, cell)
             headers = signing.sign(topics.events, partition, [value])[0] if signing is not None else None
-            producer.produce(topics.events, key=cell.encode(), value=value, partition=partition, headers=headers)
+            try:
+                producer.produce(topics.events, key=cell.encode(), value=value, partition=partition, headers=headers)
+            except KafkaException as error:  # a Tick missed is made up by the next one; a dead clock is not
+                if not transient(error):
+                    raise
+                log.warning("clock: no Tick for %s at %d (%s); the next round brings one", cell, at, error)
         producer.poll(0)
         rounds += 1
         time.sleep(interval_s)

@@ -76,8 +76,7 @@ def retrying(call, attempts: int = 20, pause_s: float = 0.5):
         try:
             return call()
         except KafkaException as error:
-            retriable = error.args and (error.args[0].retriable() or error.args[0].code() in _TRANSIENT)
-            if not retriable or attempt == attempts - 1:
+            if not transient(error) or attempt == attempts - 1:
                 raise
             time.sleep(pause_s)
     raise AssertionError("unreachable")
@@ -89,9 +88,16 @@ _LEADER_MOVING = (KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVA
                   KafkaError.FENCED_LEADER_EPOCH, KafkaError.UNKNOWN_LEADER_EPOCH)
 #: What a call may meet while brokers fail over, besides errors the client marks retriable: the coordinator moving,
 #: a partition's leader moving or not yet elected (a topic just created; librdkafka does not mark these retriable
-#: on a watermark query), a broker handle dropped from the metadata as its broker left, no broker answering.
+#: on a watermark query), a broker handle dropped from the metadata as its broker left, no broker answering, a
+#: client not yet told of a topic's partitions (one made while the brokers were coming back up).
 _TRANSIENT = (*_COORDINATOR_MOVING, *_LEADER_MOVING, KafkaError._DESTROY_BROKER, KafkaError._TRANSPORT,
-              KafkaError._ALL_BROKERS_DOWN, KafkaError._TIMED_OUT)
+              KafkaError._ALL_BROKERS_DOWN, KafkaError._TIMED_OUT, KafkaError._UNKNOWN_PARTITION,
+              KafkaError._UNKNOWN_TOPIC)
+
+
+def transient(error: KafkaException) -> bool:
+    """Whether the same call may succeed once the brokers settle (see _TRANSIENT)."""
+    return bool(error.args) and (error.args[0].retriable() or error.args[0].code() in _TRANSIENT)
 
 
 def _debugging() -> dict:
