@@ -55,8 +55,11 @@ from services.stop import StopRequest
 log = logging.getLogger("gangway.shell")
 
 #: The store is saved at most this often (and when a cell is given up or the service stops): a restart re-reads
-#: what came after, silently. Each save lifts the decisions in flight off the state and costs a write batch.
+#: what came after, silently. Each save lifts the decisions in flight off the state and costs a write batch; the
+#: next decision lays them all again. So while decisions are in flight (a replica behind the log, where laying a
+#: thousand costs more than the save) the store waits up to BUSY_SAVE_EVERY_S.
 SAVE_EVERY_S = 2.0
+BUSY_SAVE_EVERY_S = 10.0
 #: How many jobs' trace contexts a shell remembers per cell (the least recently traced are forgotten first; after
 #: a restart, in job id order).
 TRACED_JOBS = 100_000
@@ -293,7 +296,8 @@ class ServiceShell:
                             error)
                 self._reopen(runtime)
         for runtime in self.runtimes.values():
-            if time.monotonic() - runtime.saved_at >= SAVE_EVERY_S:
+            every = BUSY_SAVE_EVERY_S if runtime.replica.assumed else SAVE_EVERY_S
+            if time.monotonic() - runtime.saved_at >= every:
                 clock = time.perf_counter()
                 self._save(runtime)
                 self._lap("store", clock)
