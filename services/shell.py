@@ -60,6 +60,7 @@ log = logging.getLogger("gangway.shell")
 #: thousand costs more than the save) the store waits up to BUSY_SAVE_EVERY_S.
 SAVE_EVERY_S = 2.0
 BUSY_SAVE_EVERY_S = 10.0
+
 #: How many jobs' trace contexts a shell remembers per cell (the least recently traced are forgotten first; after
 #: a restart, in job id order).
 TRACED_JOBS = 100_000
@@ -73,6 +74,11 @@ TRACEPARENT_LENGTH = 55
 UNSETTLED_S = 60.0
 #: How often the consumer reports its group state (librdkafka statistics), for the check above.
 GROUP_STATS_MS = 5_000
+
+
+def save_every_s(replica: Replica) -> float:
+    """How long a replica's store may go unsaved: longer while its own decisions are in flight."""
+    return BUSY_SAVE_EVERY_S if replica.assumed else SAVE_EVERY_S
 
 
 @dataclass
@@ -296,8 +302,7 @@ class ServiceShell:
                             error)
                 self._reopen(runtime)
         for runtime in self.runtimes.values():
-            every = BUSY_SAVE_EVERY_S if runtime.replica.assumed else SAVE_EVERY_S
-            if time.monotonic() - runtime.saved_at >= every:
+            if time.monotonic() - runtime.saved_at >= save_every_s(runtime.replica):
                 clock = time.perf_counter()
                 self._save(runtime)
                 self._lap("store", clock)
