@@ -19,7 +19,9 @@ def failing(times: int, code: int):
 
 
 @pytest.mark.parametrize("code", [KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE,
-                                  KafkaError.NOT_COORDINATOR, KafkaError._TRANSPORT])
+                                  KafkaError.NOT_COORDINATOR, KafkaError._TRANSPORT,
+                                  # a client made while the brokers come back up does not know the partitions yet
+                                  KafkaError._UNKNOWN_PARTITION, KafkaError._UNKNOWN_TOPIC])
 def test_a_moving_leader_or_coordinator_is_waited_out(code):
     call, calls = failing(2, code)
     assert retrying(call, pause_s=0) == "answered"
