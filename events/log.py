@@ -199,7 +199,7 @@ class EventProducer:
                     # The old producer is unusable (or stuck in an abort that never returns, so every call
                     # conflicts with it): a new one resumes the transactional id and fences it.
                     self._start()
-                elif not (error.retriable() or error.txn_requires_abort() or error.code() in _COORDINATOR_MOVING):
+                elif not (transient(failure) or error.txn_requires_abort()):
                     raise
             time.sleep(pause)
             pause = min(pause * 2, 2.0)

@@ -1,0 +1,68 @@
+"""`EventProducer.write` writes a transaction again when a record meets a passing error, such as a topic its
+producer does not know yet (one made just before, or the brokers coming back up), and gives up at once on one that
+will not pass (events/log.py)."""
+
+from __future__ import annotations
+
+import pytest
+from confluent_kafka import KafkaError, KafkaException
+
+from events import log as event_log
+from events.codec import EventCodec
+from events.log import EventProducer
+from events.topics import topic_names
+from tests.builders import tick
+
+
+class RefusingProducer:
+    """A transactional producer that refuses its first `failures` records with `code`."""
+
+    def __init__(self, failures: int, code: int) -> None:
+        self.failures, self.code = failures, code
+        self.calls: list[str] = []
+        self.committed: list[bytes] = []
+        self._open: list[bytes] = []
+
+    def begin_transaction(self) -> None:
+        self.calls.append("begin")
+        self._open = []
+
+    def produce(self, topic, key=None, value=None, partition=0, headers=None) -> None:
+        if self.failures:
+            self.failures -= 1
+            raise KafkaException(KafkaError(self.code, "Unable to produce message"))
+        self._open.append(value)
+
+    def commit_transaction(self, timeout) -> None:
+        self.calls.append("commit")
+        self.committed += self._open
+
+    def abort_transaction(self, timeout) -> None:
+        self.calls.append("abort")
+
+
+def producer_over(fake: RefusingProducer) -> EventProducer:
+    producer = object.__new__(EventProducer)  # no broker: only the retry rule is under test
+    producer._producer, producer._abandoned, producer._signer, producer._unsigned = fake, False, None, None
+    producer.topics, producer.cells, producer.codec, producer.inputs = topic_names(""), ("test-cell",), EventCodec(), None
+    producer._config = {"transactional.id": "test"}
+    return producer
+
+
+@pytest.fixture(autouse=True)
+def no_pause(monkeypatch):
+    monkeypatch.setattr(event_log.time, "sleep", lambda s: None)
+
+
+def test_a_record_for_a_topic_not_known_yet_is_written_again() -> None:
+    fake = RefusingProducer(failures=2, code=KafkaError._UNKNOWN_TOPIC)
+    producer_over(fake).write([tick(1_000)])
+    assert fake.calls == ["begin", "abort", "begin", "abort", "begin", "commit"]
+    assert len(fake.committed) == 1
+
+
+def test_an_error_that_will_not_pass_is_raised() -> None:
+    fake = RefusingProducer(failures=1, code=KafkaError.TOPIC_AUTHORIZATION_FAILED)
+    with pytest.raises(KafkaException):
+        producer_over(fake).write([tick(1_000)])
+    assert fake.calls == ["begin", "abort"]
