@@ -155,8 +155,8 @@ class Estimate(BaseModel):
     earliest_start: int | None = Field(default=None, description="the interval the start should lie in: its start if "
                                                                  "work ends early (event time, ms)")
     latest_start: int | None = Field(default=None, description="... and if work runs to its time limits")
-    basis: str = Field(description="now, time_limits, reservation, backoff, unknown_end, behind_unknown, too_large, "
-                                   "beyond_horizon")
+    basis: str = Field(description="now, time_limits, reservation, backoff, queue_drain, unknown_end, behind_unknown, "
+                                   "too_large, beyond_horizon")
     detail: str
     waits_for: list[str]
 

@@ -15,6 +15,7 @@ and the median width of the interval; estimates without a start (`unknown`) coun
 from __future__ import annotations
 
 from array import array
+from collections import Counter
 from dataclasses import dataclass, field
 
 from events import models as m
@@ -34,16 +35,18 @@ class _Tally:
 
     count: int = 0
     unknown: int = 0  # estimates without a start
+    unknown_why: Counter = field(default_factory=Counter)  # their basis: why there is none
     inside: int = 0
     early: int = 0  # started before the interval
     late: int = 0  # started after it
     errors_ms: array = field(default_factory=lambda: array("q"))  # actual - estimated start (late: positive)
     widths_ms: array = field(default_factory=lambda: array("q"))
 
-    def add(self, start: int | None, earliest: int | None, latest: int | None, actual: int) -> None:
+    def add(self, start: int | None, earliest: int | None, latest: int | None, actual: int, basis: str) -> None:
         self.count += 1
         if start is None or earliest is None or latest is None:
             self.unknown += 1
+            self.unknown_why[basis] += 1
             return
         self.errors_ms.append(actual - start)
         self.widths_ms.append(latest - earliest)
@@ -64,6 +67,7 @@ class _Tally:
         absolute = [abs(e) for e in self.errors_ms]
         return {"estimates": self.count, "inside_share": share(self.inside), "early_share": share(self.early),
                 "late_share": share(self.late), "unknown_share": share(self.unknown),
+                "unknown_by_basis": {basis: share(n) for basis, n in sorted(self.unknown_why.items())},
                 "median_abs_error_s": median(absolute), "p90_abs_error_s": median(absolute, 0.9),
                 "median_error_s": median(self.errors_ms), "median_interval_s": median(self.widths_ms)}
 
@@ -76,7 +80,7 @@ class EstimateRecorder:
         self.instant: int | None = None  # event time of the events folded since the last look
         self.moved = False
         self.positions: dict[str, int] = {}  # job -> cell position when last recorded
-        self.pending: dict[str, list[tuple[int, int | None, int | None, int | None, bool]]] = {}
+        self.pending: dict[str, list[tuple[int, int | None, int | None, int | None, str, bool]]] = {}
         self.submitted_at: dict[str, int] = {}
         self.all, self.at_submission, self.waited = _Tally(), _Tally(), _Tally()
         self.forecasts = 0
@@ -115,18 +119,18 @@ class EstimateRecorder:
             if first:
                 self.submitted_at[job_id] = state.now
             self.positions[job_id] = e.cell_position
-            self.pending.setdefault(job_id, []).append((state.now, e.start, e.earliest, e.latest, first))
+            self.pending.setdefault(job_id, []).append((state.now, e.start, e.earliest, e.latest, str(e.basis), first))
         for job_id in [j for j in self.positions if j not in estimates]:
             del self.positions[job_id]
 
     def _started(self, job_id: str, at: int) -> None:
         self.positions.pop(job_id, None)
-        for recorded_at, start, earliest, latest, first in self.pending.pop(job_id, ()):
-            self.all.add(start, earliest, latest, at)
+        for recorded_at, start, earliest, latest, basis, first in self.pending.pop(job_id, ()):
+            self.all.add(start, earliest, latest, at, basis)
             if first:
-                self.at_submission.add(start, earliest, latest, at)
+                self.at_submission.add(start, earliest, latest, at, basis)
                 if at > recorded_at:
-                    self.waited.add(start, earliest, latest, at)
+                    self.waited.add(start, earliest, latest, at, basis)
 
     def summary(self) -> dict:
         return {"policy": self.policy.version, "forecasts": self.forecasts,

@@ -12,6 +12,9 @@ three times with three views of how long work holds its GPUs, which give the est
   earliest time its GPU type has room for its smallest admissible gang and its team's quota admits it, for as
   long as it holds GPUs (for ever without a time limit), and it takes that room from every gang behind it. Under
   a policy without backfill (strict FIFO) no gang starts before the one ahead of it.
+- The gangs behind those are not planned one by one but as a queue draining (`queue_drain`): from the last
+  planned start, the GPU-time still held then and the GPU-time of the gangs ahead of it run through the GPUs
+  of its type that come back; it starts when they have. Slots and quota are not modelled there.
 
 How long work holds GPUs (`Runtimes`): jobs use part of their time limit, and the cell's own history says how
 much. The fractions of their time limits that the cell's most recently finished jobs ran make a distribution;
@@ -57,7 +60,8 @@ class Basis(StrEnum):
     UNKNOWN_END = "unknown_end"  # no start: the GPUs or quota it needs are held by work without a time limit
     BEHIND_UNKNOWN = "behind_unknown"  # no start: strict FIFO behind a gang whose start is unknown
     TOO_LARGE = "too_large"  # no start: larger than the GPUs in service, or than its quota can ever admit
-    BEYOND_HORIZON = "beyond_horizon"  # no start: not among the first gangs planned
+    QUEUE_DRAIN = "queue_drain"  # behind the planned gangs: when the GPU-time held and queued ahead of it has run
+    BEYOND_HORIZON = "beyond_horizon"  # no start: behind the planned gangs, and GPU-time ahead of it has no bound
 
 
 @dataclass(frozen=True)
@@ -189,7 +193,7 @@ def forecast(state: CellState, policy: Policy, horizon: int = DEFAULT_HORIZON,
         low, high = earliest.get(job_id, (None,))[0], latest.get(job_id, (None,))[0]
         if start is not None and low is not None and high is not None:
             low, high = min(low, start), max(high, start)
-            if high > low and basis in (Basis.TIME_LIMITS, Basis.RESERVATION):
+            if high > low and basis in (Basis.TIME_LIMITS, Basis.RESERVATION, Basis.QUEUE_DRAIN):
                 detail += _interval_note(model, low, high, state.now)
         else:
             low = high = None
@@ -219,8 +223,12 @@ def _plan(state: CellState, policy: Policy, waiting: list[Job], horizon: int, mo
     holders = [job for job in waiting if job.job_id in state.reservations]
     for job in holders:
         planned[job.job_id] = planner.plan_reserved(job)
-    for job in [job for job in waiting if job.job_id not in state.reservations][:max(0, horizon - len(holders))]:
+    rest = [job for job in waiting if job.job_id not in state.reservations]
+    planning = max(0, horizon - len(holders))
+    for job in rest[:planning]:
         planned[job.job_id] = planner.plan(job)
+    for job in rest[planning:]:
+        planned[job.job_id] = planner.drain(job, horizon)
     return planned
 
 
@@ -275,6 +283,8 @@ class _Planner:
         self.last_start = state.now  # strict FIFO: no gang starts before the one ahead of it
         self.blocked_by: str | None = None  # strict FIFO: the first gang without a start
         self.planned: dict[str, tuple[int, int | None]] = {}  # planned gang -> (start, when it gives its GPUs back)
+        self.frontier: dict[str, int] = {}  # GPU type -> the latest start planned one by one
+        self.queues: dict[str, _Drain] = {}  # GPU type -> the queue behind the gangs planned one by one
 
     def plan_reserved(self, job: Job) -> Planned:
         nodes = self.state.reservations[job.job_id]
@@ -306,9 +316,10 @@ class _Planner:
             shadow = max(shadow, end)
         return shadow
 
-    def plan(self, job: Job) -> Planned:
-        state, now = self.state, self.state.now
-        need, gpu_type = job.min_gpus, job.gpu_type
+    def _never(self, job: Job) -> Planned | None:
+        """Why the gang has no start whatever runs: too large for the cell or its quota, or strict FIFO behind a
+        gang without one."""
+        state, need, gpu_type = self.state, job.min_gpus, job.gpu_type
         capacity = state.cluster.capacity(gpu_type)
         if need > capacity:
             return None, Basis.TOO_LARGE, f"needs {need} {gpu_type} GPUs; {capacity} are in service", (), 0
@@ -319,6 +330,14 @@ class _Planner:
         if self.blocked_by is not None:
             return (None, Basis.BEHIND_UNKNOWN, f"strict FIFO: waits behind {self.blocked_by}, whose start is unknown",
                     (self.blocked_by,), 0)
+        return None
+
+    def plan(self, job: Job) -> Planned:
+        now = self.state.now
+        need, gpu_type = job.min_gpus, job.gpu_type
+        never = self._never(job)
+        if never is not None:
+            return never
         profile = self.profiles.get(gpu_type)
         ready = max(now, job.not_before, self.last_start if self.fifo else now)
         start = self._earliest(job, profile, ready) if profile is not None else None
@@ -332,6 +351,7 @@ class _Planner:
         if self.queue or self.fifo:
             self._take(job, start)
         self.last_start = start
+        self.frontier[gpu_type] = max(self.frontier.get(gpu_type, now), start)
         if start == now:
             return (start, Basis.NOW, f"{need} {gpu_type} GPUs are free and its quota admits them now; it waits for "
                     "the next admission cycle, or for room on fitting nodes", (), ahead)
@@ -345,6 +365,37 @@ class _Planner:
         queue = f"; gangs planned ahead of it hold {ahead} {gpu_type} GPUs then" if ahead else ""
         return (start, Basis.TIME_LIMITS, f"{need} {gpu_type} GPUs free by {_clock(start, now)}, when "
                 + " and ".join(parts or ["work ends"]) + queue, tuple(ending[:_NAMED]), ahead)
+
+    def drain(self, job: Job, horizon: int) -> Planned:
+        """A gang behind those planned one by one: when the GPU-time held at the last planned start, and that of
+        the gangs between them and it, has run through the GPUs of its type that come back."""
+        never = self._never(job)
+        if never is not None:
+            return never
+        now, gpu_type = self.state.now, job.gpu_type
+        queue = self.queues.get(gpu_type)
+        if queue is None:
+            queue = self.queues[gpu_type] = _Drain.behind(self.profiles.get(gpu_type),
+                                                          self.frontier.get(gpu_type, now))
+        if queue.unbounded is not None or queue.rate < job.min_gpus:
+            why = (f"behind the first {horizon} waiting gangs, planned one by one; the GPUs it needs come back only "
+                   "when work without a time limit ends" + (f" ({queue.unbounded})" if queue.unbounded else ""))
+            return None, Basis.BEYOND_HORIZON, why, (queue.unbounded,) if queue.unbounded else (), 0
+        ahead_ms = queue.held_ms + queue.queued_ms
+        start = max(now, job.not_before, queue.since + -(-ahead_ms // queue.rate))
+        if self.fifo:
+            start = max(start, self.last_start)
+            self.last_start = start
+        hold = self.model.hold(job, self.quantile)
+        if hold is None:
+            queue.unbounded = job.job_id  # those behind it wait on work without a time limit
+        else:
+            queue.queued_ms += job.min_gpus * hold
+        queue.gangs += 1
+        why = (f"behind the first {horizon} waiting gangs, planned one by one: when the "
+               f"{ahead_ms / 3_600_000:,.0f} GPU-hours held at the last of their starts ({_clock(queue.since, now)}) "
+               f"and queued ahead of it ({queue.gangs - 1} gangs) have run on {queue.rate} {gpu_type} GPUs")
+        return start, Basis.QUEUE_DRAIN, why, (), 0
 
     def _earliest(self, job: Job, profile: _Profile, ready: int) -> int | None:
         """The earliest time from `ready` at which the gang fits for as long as it holds GPUs."""
@@ -386,6 +437,31 @@ class _Planner:
     def _ahead_gpus(self, profile: _Profile, start: int, job: Job) -> int:
         """GPUs of gangs planned ahead of `job` that are still held when it starts."""
         return profile.segments[bisect_right(profile.starts, start) - 1].planned
+
+
+@dataclass
+class _Drain:
+    """The gangs of one GPU type behind those planned one by one, as a queue draining at `rate` GPUs from `since`."""
+
+    since: int  # the last start planned one by one
+    rate: int  # GPUs of the type that are free once all work with a known end has ended
+    held_ms: int  # GPU-ms still held at `since` by work and planned gangs that end
+    queued_ms: int = 0  # GPU-ms of the gangs queued behind so far
+    gangs: int = 0
+    unbounded: str | None = None  # a gang queued behind without a time limit: no start after it
+
+    @classmethod
+    def behind(cls, profile: _Profile | None, since: int) -> _Drain:
+        if profile is None:
+            return cls(since, 0, 0)
+        segments = profile.segments
+        rate = segments[-1].free  # what is held for ever never comes back
+        held = 0
+        for segment, following in zip(segments, segments[1:]):
+            begin = max(segment.start, since)
+            if following.start > begin:
+                held += max(0, rate - segment.free) * (following.start - begin)
+        return cls(since, rate, held)
 
 
 def _quota_allows(fit) -> bool:

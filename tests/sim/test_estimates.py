@@ -22,6 +22,7 @@ def test_estimates_are_recorded_as_positions_change_and_scored(traces, tmp_path,
     for tally in (e["all"], e["at_submission"], e["at_submission_waited"]):
         shares = [tally[k] for k in ("inside_share", "early_share", "late_share", "unknown_share")]
         assert all(0 <= s <= 1 for s in shares) and abs(sum(shares) - 1) < 1e-3
+        assert abs(sum(tally["unknown_by_basis"].values()) - tally["unknown_share"]) < 1e-3
     assert "estimated starts" in capsys.readouterr().err
 
 

@@ -103,12 +103,28 @@ def test_a_reservation_starts_at_its_shadow_time_and_short_work_backfills_before
     assert estimates["short"].start == state.jobs["a"].admitted_at + HOUR  # ends before the shadow time
 
 
-def test_the_horizon_limits_the_planned_gangs_not_the_positions():
+def test_behind_the_horizon_gangs_start_when_the_gpu_time_ahead_of_them_has_run():
     state = cell(job("a", workers=2, at=1000, time_limit_ms=HOUR),
                  *[job(f"q{i}", at=2000 + i, time_limit_ms=HOUR) for i in range(5)])
     estimates = forecast(state, DEFAULT_POLICY, horizon=2)
-    assert [estimates[f"q{i}"].basis for i in range(5)][2:] == [Basis.BEYOND_HORIZON] * 3
     assert [estimates[f"q{i}"].cell_position for i in range(5)] == [1, 2, 3, 4, 5]
+    assert [estimates[f"q{i}"].basis for i in range(5)] == [Basis.TIME_LIMITS] * 2 + [Basis.QUEUE_DRAIN] * 3
+    end_of_a = state.jobs["a"].admitted_at + HOUR
+    # q0 and q1 take the 16 GPUs a gives back, for an hour; behind them 8-GPU hours drain through 16 GPUs.
+    assert [estimates[f"q{i}"].start - end_of_a for i in range(5)] == [0, 0, HOUR, 3 * HOUR // 2, 2 * HOUR]
+    # At the earliest, the gangs ahead of q2 found room elsewhere: only a's GPUs stood in its way.
+    assert (estimates["q2"].earliest, estimates["q2"].latest) == (end_of_a, end_of_a + HOUR)
+    assert "16 GPU-hours held at the last of their starts" in estimates["q2"].detail
+    assert "queued ahead of it (1 gangs)" in estimates["q3"].detail
+
+
+def test_behind_the_horizon_a_gang_without_a_time_limit_leaves_those_behind_it_without_a_start():
+    state = cell(job("a", workers=2, at=1000, time_limit_ms=HOUR), job("q0", at=2000, time_limit_ms=HOUR),
+                 job("endless", at=2001), job("q2", at=2002, time_limit_ms=HOUR))
+    estimates = forecast(state, DEFAULT_POLICY, horizon=1)
+    assert [estimates[j].basis for j in ("q0", "endless", "q2")] == [Basis.TIME_LIMITS, Basis.QUEUE_DRAIN,
+                                                                      Basis.BEYOND_HORIZON]
+    assert estimates["q2"].start is None and estimates["q2"].waits_for == ("endless",)
 
 
 SCENARIOS = sorted((Path(__file__).resolve().parents[1] / "scenarios").glob("*.yaml"))
