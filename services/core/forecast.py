@@ -14,7 +14,8 @@ three times with three views of how long work holds its GPUs, which give the est
   a policy without backfill (strict FIFO) no gang starts before the one ahead of it.
 - The gangs behind those are not planned one by one but as a queue draining (`queue_drain`): from the last
   planned start, the GPU-time still held then and the GPU-time of the gangs ahead of it run through the GPUs
-  of its type that come back; it starts when they have. Slots and quota are not modelled there.
+  of its type that come back; it starts when they have (the `earliest`: when its GPUs are free with only the
+  running work holding any, as for the gangs planned). Slots and quota are not modelled there.
 
 How long work holds GPUs (`Runtimes`): jobs use part of their time limit, and the cell's own history says how
 much. The fractions of their time limits that the cell's most recently finished jobs ran make a distribution;
@@ -285,6 +286,7 @@ class _Planner:
         self.planned: dict[str, tuple[int, int | None]] = {}  # planned gang -> (start, when it gives its GPUs back)
         self.frontier: dict[str, int] = {}  # GPU type -> the latest start planned one by one
         self.queues: dict[str, _Drain] = {}  # GPU type -> the queue behind the gangs planned one by one
+        self.first_free: dict[tuple[str, int], int | None] = {}  # (GPU type, GPUs) -> when so many are free for good
 
     def plan_reserved(self, job: Job) -> Planned:
         nodes = self.state.reservations[job.job_id]
@@ -373,6 +375,8 @@ class _Planner:
         if never is not None:
             return never
         now, gpu_type = self.state.now, job.gpu_type
+        if not self.queue and not self.fifo:  # backfill's best case: it sees only the running work, as those planned
+            return self._first_free(job, horizon)
         queue = self.queues.get(gpu_type)
         if queue is None:
             queue = self.queues[gpu_type] = _Drain.behind(self.profiles.get(gpu_type),
@@ -396,6 +400,22 @@ class _Planner:
                f"{ahead_ms / 3_600_000:,.0f} GPU-hours held at the last of their starts ({_clock(queue.since, now)}) "
                f"and queued ahead of it ({queue.gangs - 1} gangs) have run on {queue.rate} {gpu_type} GPUs")
         return start, Basis.QUEUE_DRAIN, why, (), 0
+
+    def _first_free(self, job: Job, horizon: int) -> Planned:
+        """When the gang's GPUs are free if only the running work holds GPUs: their number only grows then, so the
+        first moment they fit is for good (quota is not modelled here)."""
+        need, gpu_type, now = job.min_gpus, job.gpu_type, self.state.now
+        key = (gpu_type, need)
+        if key not in self.first_free:
+            profile = self.profiles.get(gpu_type)
+            self.first_free[key] = next((segment.start for segment in profile.segments if segment.free >= need),
+                                        None) if profile else None
+        first = self.first_free[key]
+        if first is None:
+            return (None, Basis.BEYOND_HORIZON, f"behind the first {horizon} waiting gangs; the GPUs it needs come back "
+                    "only when work without a time limit ends", (), 0)
+        start = max(now, job.not_before, first)
+        return start, Basis.QUEUE_DRAIN, f"{need} {gpu_type} GPUs free by {_clock(start, now)}", (), 0
 
     def _earliest(self, job: Job, profile: _Profile, ready: int) -> int | None:
         """The earliest time from `ready` at which the gang fits for as long as it holds GPUs."""

@@ -112,7 +112,8 @@ def test_behind_the_horizon_gangs_start_when_the_gpu_time_ahead_of_them_has_run(
     end_of_a = state.jobs["a"].admitted_at + HOUR
     # q0 and q1 take the 16 GPUs a gives back, for an hour; behind them 8-GPU hours drain through 16 GPUs.
     assert [estimates[f"q{i}"].start - end_of_a for i in range(5)] == [0, 0, HOUR, 3 * HOUR // 2, 2 * HOUR]
-    # At the earliest, the gangs ahead of q2 found room elsewhere: only a's GPUs stood in its way.
+    # At the earliest, the gangs ahead found room elsewhere: only a's GPUs stand in the way of each.
+    assert [estimates[f"q{i}"].earliest - end_of_a for i in range(2, 5)] == [0, 0, 0]
     assert (estimates["q2"].earliest, estimates["q2"].latest) == (end_of_a, end_of_a + HOUR)
     assert "16 GPU-hours held at the last of their starts" in estimates["q2"].detail
     assert "queued ahead of it (1 gangs)" in estimates["q3"].detail
