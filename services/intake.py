@@ -174,7 +174,8 @@ class Intake:
 
 
 def _wait_for_name(bootstrap: str, principal: str, group: str, client_id: str) -> None:
-    """Returns once no member of `group` goes by `client_id`; raises IntakeNameTaken if one stays NAME_WAIT_S."""
+    """Returns once no member of `group` goes by `client_id`; raises IntakeNameTaken if one stays NAME_WAIT_S. A group
+    that does not answer is asked again (an intake never starts without knowing)."""
     admin = admin_client(bootstrap, principal)
     deadline = time.monotonic() + NAME_WAIT_S
     while True:
@@ -182,6 +183,10 @@ def _wait_for_name(bootstrap: str, principal: str, group: str, client_id: str) -
             members = admin.describe_consumer_groups([group])[group].result(timeout=10).members
         except KafkaException:  # no such group yet, or its coordinator is still being found
             members = []
+        except TimeoutError:  # no answer yet (its coordinator's broker failing over): ask again, and wait anew
+            log.warning("intake %s: group %s did not say who is in it within 10 s; asking again", client_id, group)
+            deadline = time.monotonic() + NAME_WAIT_S
+            continue
         if not any(member.client_id == client_id for member in members):
             return
         if time.monotonic() > deadline:
