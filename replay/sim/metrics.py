@@ -37,6 +37,7 @@ class Meter:
         self.samples: list[tuple[int, int, int]] = []  # (at, GPUs allocated, jobs waiting)
         self.busy_capacity = self.busy_allocated = 0  # GPU-ms while work waits or runs
         self.wait_capacity = self.wait_idle = 0  # GPU-ms while some job waits
+        self.busy_stranded = 0  # GPU-ms free on partly used nodes while work waits or runs
         self.allocated_total = 0  # GPU-ms allocated overall
         self.held_since: dict[str, int] = {}
         self.held_ms: dict[str, int] = {}
@@ -51,7 +52,7 @@ class Meter:
         self.futile: list[tuple[int, int]] = []  # (asked at, due by) of victims whose beneficiary came too late
         self.faults: list[int] = []  # times of hardware faults: node failures and GPU faults
         self.first_at: int | None = None
-        self.now = (0, 0, 0)  # (GPUs allocated, GPUs free, jobs waiting) after the last event
+        self.now = (0, 0, 0, 0)  # (GPUs allocated, GPUs free, jobs waiting, GPUs stranded) after the last event
 
     def __call__(self, cell: VirtualCell, event: m.Event, offset: int) -> None:
         at = event.envelope.at
@@ -75,20 +76,26 @@ class Meter:
     def _snapshot(self, cell: VirtualCell) -> None:
         """The state's GPU counts after this event: they hold until the next event's time."""
         state = cell.state
-        free = 0
+        free = stranded = 0
         histograms = state.cluster.histogram
         for gpu_type in self.gpu_types:
-            free += sum(f * c for f, c in enumerate(histograms.get((gpu_type, CELL, ""), ())))
-        self.now = (sum(state.tenancy.usage.values()), free, len(state.queued))
+            histogram = histograms.get((gpu_type, CELL, ""), ())
+            whole = len(histogram) - 1  # the largest node's GPUs: a node with all of them free is unused
+            for f, c in enumerate(histogram):
+                free += f * c
+                if f < whole:
+                    stranded += f * c
+        self.now = (sum(state.tenancy.usage.values()), free, len(state.queued), stranded)
 
     def _advance(self, at: int) -> None:
-        allocated, free, waiting = self.now
+        allocated, free, waiting, stranded = self.now
         capacity = allocated + free
         dt = at - self.t
         self.allocated_total += allocated * dt
         if waiting or allocated:
             self.busy_capacity += capacity * dt
             self.busy_allocated += allocated * dt
+            self.busy_stranded += stranded * dt
         if waiting:
             self.wait_capacity += capacity * dt
             self.wait_idle += free * dt
@@ -239,6 +246,7 @@ def _metric_dict(state, counts, jct, queue, last_end, start, meter, useful, per_
         "effective_training_ratio": _r(useful / meter.allocated_total, 4) if meter.allocated_total else 0.0,
         "multi_node_gangs": meter.multi_node,
         "multi_node_gangs_in_one_rack": _r(meter.multi_node_one_rack / meter.multi_node, 4) if meter.multi_node else 1.0,
+        "stranded_gpus": _r(meter.busy_stranded / meter.busy_capacity, 4) if meter.busy_capacity else 0.0,
         "per_team": {
             t: {"jobs": v["jobs"], "nominal_gpus": sum(workload.quotas[t].values()),
                 "avg_queue_s": _r(v["queue_ms"] / max(v["succeeded"], 1) / 1000),

@@ -23,6 +23,7 @@ COLUMNS = (
     ("GPU-h lost", "gpu_hours_lost", lambda v: f"{v:,.0f}"),
     ("effective training", "effective_training_ratio", lambda v: f"{v:.1%}"),
     ("multi-node gangs in 1 rack", "multi_node_gangs_in_one_rack", lambda v: f"{v:.1%}"),
+    ("GPUs stranded on partly used nodes", "stranded_gpus", lambda v: f"{v:.1%}"),
 )
 
 

@@ -30,6 +30,8 @@ Metrics (all times in seconds, GPU-time integrated piecewise between events):
 - `effective_training_ratio`: GPU-time of the training the succeeded jobs needed over all
   allocated GPU-time (start-up, restarts, checkpoint pauses and lost work are the difference).
 - `multi_node_gangs_in_one_rack`: share of placements of multi-node gangs inside one rack.
+- `stranded_gpus`: fragmentation, the GPU-time free on partly used nodes (some but not all of a node's GPUs
+  free, counted against the largest node of its type) over capacity GPU-time while work waits or runs.
 - `per_team`: per team `jobs`, `nominal_gpus`, `avg_queue_s`, `avg_jct_s` and
   `private_avg_queue_s`, the same team alone on a private cell of its nominal quota under the
   same policy (null when private runs are off), and `queue_vs_private` (shared / private).

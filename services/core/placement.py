@@ -205,7 +205,7 @@ class CapacityView:
                                f"{free_total} {gpu_type} GPUs free but only {_slots(cell, g)} slots of {g} GPUs "
                                f"for {workers} workers")
         for level in _search_levels(cluster, job, policy):
-            chosen = self._tightest(job, workers, level, hidden)
+            chosen = self._tightest(job, workers, level, hidden, policy.pack_domains)
             if chosen is not None:
                 domain, members = chosen
                 return Placement(self._assign(members, job, workers, policy, hidden), domain)
@@ -224,13 +224,13 @@ class CapacityView:
                 kept += sum(1 for g in node.claimed if g not in node.holder and g not in unclaimed and g not in taken)
         return kept
 
-    def _tightest(self, job: Job, workers: int, level: int,
-                  hidden: dict[str, Node]) -> tuple[str | None, list[str]] | None:
+    def _tightest(self, job: Job, workers: int, level: int, hidden: dict[str, Node],
+                  pack: bool) -> tuple[str | None, list[str]] | None:
         cluster, g, gpu_type = self.cluster, job.gpus_per_worker, job.gpu_type
         if level == CELL:
             return None, cluster.members.get((gpu_type, CELL, ""), [])
         if level >= len(cluster.levels):
-            return self._best_node(job, workers * g, hidden)
+            return self._best_node(job, workers * g, hidden, pack)
         best: tuple[int, str] | None = None
         for domain in cluster.domains.get((gpu_type, level), ()):
             slots = _slots(self._histogram((gpu_type, level, domain), hidden), g)
@@ -240,8 +240,10 @@ class CapacityView:
             return None
         return best[1], cluster.members[(gpu_type, level, best[1])]
 
-    def _best_node(self, job: Job, need: int, hidden: dict[str, Node]) -> tuple[str, list[str]] | None:
-        """The node with the fewest free GPUs that still holds `need` GPUs of the gang."""
+    def _best_node(self, job: Job, need: int, hidden: dict[str, Node],
+                   pack: bool) -> tuple[str, list[str]] | None:
+        """The node with the fewest free GPUs that still holds `need` GPUs of the gang; of those, with `pack`, the
+        one in the fullest rack (then block), which keeps free nodes together where larger gangs can use them."""
         best: tuple[int, str] | None = None
         buckets = self.cluster.by_free.get(job.gpu_type, {})
         for free in sorted(f for f in buckets if f >= need):
@@ -256,7 +258,16 @@ class CapacityView:
             if node.gpu_type == job.gpu_type and name not in hidden and free >= need and (
                     best is None or (free, name) < best):
                 best = (free, name)
-        return (best[1], [best[1]]) if best else None
+        if best is None:
+            return None
+        if pack and self.cluster.levels:
+            tightest = best[0]
+            candidates = [n for n in buckets.get(tightest, ()) if n not in self.effective and n not in hidden]
+            candidates += [n for n, free in self.effective.items() if free == tightest and n not in hidden
+                           and self.cluster.nodes[n].gpu_type == job.gpu_type]
+            fullness = _Fullness(self, job.gpu_type, hidden)
+            return (name := min(candidates, key=lambda n: (fullness.of(self.cluster.nodes[n]), n))), [name]
+        return best[1], [best[1]]
 
     def _assign(self, members: list[str], job: Job, workers: int, policy: PlacementPolicy,
                 hidden: dict[str, Node]) -> Assignments:
@@ -264,7 +275,10 @@ class CapacityView:
         nodes = [self.cluster.nodes[n] for n in members if n not in hidden]
         frees = {n.name: self.free(n) if n.schedulable else 0 for n in nodes}
         usable = [n for n in nodes if frees[n.name] >= g]
-        if policy.best_fit:
+        if policy.best_fit and policy.pack_domains and self.cluster.levels:
+            fullness = _Fullness(self, job.gpu_type, hidden)
+            usable.sort(key=lambda n: (frees[n.name], fullness.of(n), n.name))
+        elif policy.best_fit:
             usable.sort(key=lambda n: (frees[n.name], n.name))
         assignments = []
         for node in usable:
@@ -274,6 +288,26 @@ class CapacityView:
                     return tuple(assignments)
                 assignments.append((len(assignments), node.name, tuple(indices[k * g:(k + 1) * g])))
         return tuple(assignments)
+
+
+class _Fullness:
+    """Free GPUs of a type in each domain around a node, innermost (rack) first, as a view sees them: the smaller,
+    the fuller. Each domain is counted once per placement."""
+
+    def __init__(self, view: CapacityView, gpu_type: str, hidden: dict[str, Node]) -> None:
+        self.view, self.gpu_type, self.hidden = view, gpu_type, hidden
+        self.free: dict[tuple[int, str], int] = {}
+
+    def of(self, node: Node) -> tuple[int, ...]:
+        out = []
+        for level in range(len(node.domains) - 1, -1, -1):
+            key = (level, node.domains[level])
+            free = self.free.get(key)
+            if free is None:
+                histogram = self.view._histogram((self.gpu_type, level, key[1]), self.hidden)
+                free = self.free[key] = sum(f * c for f, c in enumerate(histogram))
+            out.append(free)
+        return tuple(out)
 
 
 def bound(job: Job, assignments: Sequence[tuple[int, str, Sequence[int]]], domain: str | None,

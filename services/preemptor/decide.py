@@ -193,6 +193,12 @@ def preempt_for(state: CellState, job: Job, ctx: Context, memo: dict | None = No
     placement = plan(state, job, chosen, ctx)
     if placement is None:
         return []
+    if policy.prefer_one_rack and _racks(state, placement.assignments) > 1:
+        # room in one rack, if some set of victims no more protected than these makes it
+        rank = cost(chosen)[0]
+        local = [s for s in _one_rack(state, job, ranked, usage, policy.keep_nominal, ctx) if cost(s)[0] <= rank]
+        if local and (packed := plan(state, job, min(local, key=cost), ctx)) is not None:
+            chosen, placement = min(local, key=cost), packed
     victims = sorted(v.job_id for v in chosen)
     deadline = ctx.now + (policy.checkpoint_grace_ms if policy.checkpoint_aware else 0)
     gpus = len(placement.assignments) * job.gpus_per_worker
@@ -284,6 +290,37 @@ def withdraw(state: CellState, job_id: str, ctx: Context) -> list[m.Decision]:
     return [m.PreemptionWithdrawn(envelope=ctx.envelope(Reason.NO_LONGER_NEEDED, v), job_id=v, for_job_id=job_id,
                                   detail=f"{job_id} {how} before it was preempted for it")
             for v in sorted(state.preempting) if state.jobs[v].preempted_for == job_id]
+
+
+def _racks(state: CellState, assignments) -> int:
+    """How many racks (the innermost topology level) the assignments span; 1 in a cell without levels."""
+    nodes = state.cluster.nodes
+    return len({nodes[name].domains[-1] for _, name, _ in assignments if nodes[name].domains} or {None})
+
+
+def _one_rack(state: CellState, job: Job, ranked: list[tuple[tuple, Job]], usage: dict[tuple[str, str], int],
+              law: bool, ctx: Context) -> list[list[Job]]:
+    """For each rack whose free GPUs and candidates' GPUs could hold the gang, the victims that make room for the
+    whole gang inside one rack (the greedy pass over the candidates with GPUs there, in their order)."""
+    cluster = state.cluster
+    level = len(cluster.levels) - 1
+    racked = replace(job, topology_required=cluster.levels[level])
+    room = {rack: sum(f * c for f, c in enumerate(cluster.histogram.get((job.gpu_type, level, rack), ())))
+            for rack in cluster.domains.get((job.gpu_type, level), ())}
+    there: dict[str, list[tuple[tuple, Job]]] = {}
+    for candidate in ranked:
+        for rack in sorted({cluster.nodes[n].domains[level] for _, n, _ in candidate[1].assignments
+                            if n in cluster.nodes and cluster.nodes[n].gpu_type == job.gpu_type}):
+            there.setdefault(rack, []).append(candidate)
+            room[rack] += sum(len(g) for _, n, g in candidate[1].assignments
+                              if n in cluster.nodes and cluster.nodes[n].domains[level] == rack)
+    out = []
+    for rack in sorted(there):
+        if room[rack] >= job.min_gpus:
+            chosen = _greedy(AfterEviction(state, racked, ctx), eligible(state, racked, there[rack], usage, law))
+            if chosen is not None:
+                out.append(chosen)
+    return out
 
 
 def _single_victims(state: CellState, job: Job, ranked: list[tuple[tuple, Job]], after: AfterEviction,

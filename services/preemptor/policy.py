@@ -33,6 +33,8 @@ class PreemptionPolicy:
     #: (`WithinTeam`) or any team (`Any`); `Never` turns it off.
     time_share: str = "Never"
     keep_nominal: bool = True  # the law: no victim of another team takes its team below its nominal quota
+    #: when the cheapest victims leave room only across racks, take victims no more protected that make room in one
+    prefer_one_rack: bool = False
 
     def __post_init__(self) -> None:
         if self.time_share not in TIME_SHARE_VALUES:

@@ -123,6 +123,24 @@ def test_topology_awareness_keeps_a_gang_in_one_rack(traces):
     assert kueue["metrics"]["multi_node_gangs_in_one_rack"] == 0.0  # first fit: n1 (rack r0) and n2 (rack r1)
 
 
+def test_packing_racks_keeps_free_nodes_together_for_a_later_gang(traces):
+    # 4 nodes in racks of 2 (n0 n1 | n2 n3). Two 1 h jobs on n0 and n1, a 10 h job on n2; at 1 h n0, n1 and n3
+    # are free when a whole-node job arrives, then a 2-node gang
+    write_trace(traces, "solo", [(0, H, 8), (0, H, 8), (0, 10 * H, 8), (H + 60, 5 * H, 8), (H + 120, H, 16)])
+    by_name, _ = run(traces, "gangway-3", 32, nodes_per_rack=2)
+    packed, _ = run(traces, "gangway-3+placement.pack_domains=true", 32, nodes_per_rack=2)
+    assert by_name["metrics"]["multi_node_gangs_in_one_rack"] == 0.0  # the job took n0: n1 and n3 are left
+    assert packed["metrics"]["multi_node_gangs_in_one_rack"] == 1.0  # it took n3, the fuller rack's: n0 n1 left
+    # after 1 h, by name, 8 GPUs on n1 sit free while n0 and n3 run (stranded only counts partly used nodes)
+    assert by_name["metrics"]["stranded_gpus"] == packed["metrics"]["stranded_gpus"] == 0.0
+
+
+def test_stranded_gpus_are_the_free_gpus_of_partly_used_nodes(traces):
+    write_trace(traces, "solo", [(0, H, 2)])  # one node of two: 6 of its GPUs free for the hour, the other's 8 not
+    result, _ = run(traces, "gangway", 16)
+    assert result["metrics"]["stranded_gpus"] == 6 / 16
+
+
 def reclaim(traces):
     """`borrower` runs two whole-node 10 h jobs, one on `lender`'s idle node; `lender` wants it back at 3,010 s
     (between two ticks)."""
