@@ -24,6 +24,9 @@ class Policy:
         return replace(self, version=version)
 
 
-#: gangway-3: gangway-2 with time limits enforced and workers given 5 minutes to start.
-DEFAULT_POLICY = Policy(version="gangway-3", recovery=RecoveryPolicy(enforce_time_limits=True,
-                                                                      start_timeout_ms=5 * 60_000))
+#: gangway-4: gangway-3 (gangway-2 with time limits enforced and workers given 5 minutes to start) that keeps gangs
+#: in one rack: nodes are packed rack by rack, and preemption makes room in one rack when it can at no higher cost.
+DEFAULT_POLICY = Policy(version="gangway-4", recovery=RecoveryPolicy(enforce_time_limits=True,
+                                                                      start_timeout_ms=5 * 60_000),
+                        placement=PlacementPolicy(pack_domains=True),
+                        preemption=PreemptionPolicy(prefer_one_rack=True))

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from services.policies import CATALOGUE, policy
+from services.policies import CATALOGUE, policy, resolve
 from services.policy import Policy
 from tests.sim.conftest import H, queue_s, run, write_trace
 
@@ -131,7 +131,7 @@ def test_packing_racks_keeps_free_nodes_together_for_a_later_gang(traces):
     packed, _ = run(traces, "gangway-3+placement.pack_domains=true", 32, nodes_per_rack=2)
     assert by_name["metrics"]["multi_node_gangs_in_one_rack"] == 0.0  # the job took n0: n1 and n3 are left
     assert packed["metrics"]["multi_node_gangs_in_one_rack"] == 1.0  # it took n3, the fuller rack's: n0 n1 left
-    # after 1 h, by name, 8 GPUs on n1 sit free while n0 and n3 run (stranded only counts partly used nodes)
+    # whole-node jobs only: no node is ever partly used, so no GPU is stranded
     assert by_name["metrics"]["stranded_gpus"] == packed["metrics"]["stranded_gpus"] == 0.0
 
 
@@ -211,3 +211,11 @@ def test_time_sharing_waits_for_finished_jobs_to_show_it_pays(traces, spread):
     else:  # alike: first come, first served; sharing would only add a restart
         assert gated["solo-00061"] == 8 * H
         assert gated["solo-00060"] == 0
+
+
+def test_gangway_4_packs_racks_and_gangway_3_still_resolves_without_it():
+    assert policy("gangway").version == "gangway-4"
+    assert policy("gangway").placement.pack_domains and policy("gangway").preemption.prefer_one_rack
+    earlier = resolve("gangway-3")
+    assert not earlier.placement.pack_domains and not earlier.preemption.prefer_one_rack
+    assert earlier.recovery == policy("gangway").recovery and earlier.admission == policy("gangway").admission
