@@ -14,6 +14,10 @@ from projections.validate import Limits
 RUNTIME_HISTORY = 200
 
 
+#: How many more moved jobs than holding ones a reader of `CellState.moved` may leave unread before it is dropped.
+MOVED_LIMIT = 4096
+
+
 @dataclass
 class CellState:
     """Everything a decider may look at. `offset` is the log position of the last folded event. `clock` is the
@@ -67,6 +71,9 @@ class CellState:
     #: brought one back (an overlay lifted): between two equal counts, limits only went away (services/recovery).
     starts: int = field(default=0, compare=False, repr=False)
     memo: dict = field(default_factory=dict, compare=False, repr=False)
+    #: Ids of the jobs that changed state or GPUs since a reader of the holding jobs last looked (None: no reader
+    #: keeps an index of them; services/core/heads.py does), so the reader redoes those alone.
+    moved: set[str] | None = field(default=None, compare=False, repr=False)
     #: keys of the snapshot rows changed since a store last saved them (see projections/snapshot.py)
     dirty: set[str] = field(default_factory=set, compare=False, repr=False)
     #: False for a state no store saves (an audit's fold, the simulator's cell): `dirty` is then left empty,
@@ -98,6 +105,7 @@ class CellState:
     def set_state(self, job: Job, state: JobState) -> None:
         """Moves a job to a new state, keeping the queued / admitted / holding indexes in step."""
         job.state = state
+        self.note_moved(job.job_id)
         for index, member in ((self.queued, state is JobState.QUEUED),
                               (self.admitted, state is JobState.ADMITTED),
                               (self.preempting, state is JobState.PREEMPTING),
@@ -129,6 +137,15 @@ class CellState:
             since = job.running_since or 0
             insort(self.running_by_team.setdefault(job.team, []), (since, job.job_id))
             self._running_since[job.job_id] = (job.team, since)
+
+    def note_moved(self, job_id: str) -> None:
+        """Tells the reader of `moved`, if any, that the job's state or GPUs changed; a reader that falls far behind
+        is dropped (it starts again from the holding jobs), so the set stays bounded by live work."""
+        moved = self.moved
+        if moved is not None:
+            moved.add(job_id)
+            if len(moved) > MOVED_LIMIT + len(self.holding):
+                self.moved = None
 
     def running_before(self, team: str, at: int) -> list[str]:
         """Ids of the team's RUNNING jobs that started at or before `at`, oldest first."""

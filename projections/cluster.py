@@ -86,6 +86,8 @@ class Cluster:
     members: dict[tuple[str, int, str], list[str]] = field(default_factory=dict)
     #: gpu type -> free GPU count -> sorted names of schedulable nodes with that many free
     by_free: dict[str, dict[int, list[str]]] = field(default_factory=dict)
+    #: (gpu type, level index or CELL, domain) -> free GPUs of its schedulable nodes (the histogram's total)
+    free_in: dict[tuple[str, int, str], int] = field(default_factory=dict)
     counted: dict[str, int] = field(default_factory=dict)  # node -> free count it is indexed under
     counted_healthy: dict[str, int] = field(default_factory=dict)  # node -> healthy GPUs it is indexed with
     healthy: dict[str, int] = field(default_factory=dict)  # gpu type -> healthy GPUs of its schedulable nodes
@@ -106,6 +108,7 @@ class Cluster:
     def reindex(self) -> None:
         """Rebuilds the domain lists and the capacity index (after the topology levels change)."""
         self.histogram.clear(), self.domains.clear(), self.members.clear(), self.by_free.clear()
+        self.free_in.clear()
         self.counted.clear(), self.counted_healthy.clear(), self.healthy.clear()
         self.claimed_on.clear()
         self.by_type.clear()
@@ -153,6 +156,7 @@ class Cluster:
                 if len(histogram) <= free:
                     histogram.extend([0] * (free + 1 - len(histogram)))
                 histogram[free] += 1
+                self.free_in[key] = self.free_in.get(key, 0) + free
             insort_unique(self.by_free.setdefault(node.gpu_type, {}).setdefault(free, []), node.name)
 
     def _uncount(self, node: Node) -> None:
@@ -162,6 +166,7 @@ class Cluster:
         self.healthy[node.gpu_type] -= self.counted_healthy.pop(node.name)
         for key in self._keys(node):
             self.histogram[key][free] -= 1
+            self.free_in[key] -= free
         remove_sorted(self.by_free[node.gpu_type][free], node.name)
 
     def gpu_types(self) -> list[str]:

@@ -435,12 +435,14 @@ def _hold(state: CellState, job: Job, assignments: list[m.WorkerAssignment], dom
         state.cluster.recount(node)
     job.assignments = tuple((a.worker, a.node, tuple(a.gpus)) for a in assignments)
     job.domain = domain
+    state.note_moved(job.job_id)
 
 
 def _unhold(state: CellState, job: Job) -> None:
     _let_go(state, job.job_id, job.assignments, "holder")
     job.assignments = ()
     job.domain = None
+    state.note_moved(job.job_id)
 
 
 def _job_rejected(state: CellState, e: m.JobRejected, offset: int) -> None:

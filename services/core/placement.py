@@ -60,6 +60,7 @@ class CapacityView:
         self.unclaimed: dict[str, set[int]] = {}
         self.effective: dict[str, int] = {}  # node -> free count in this view, where it differs from the index
         self.histogram: dict[tuple[str, int, str], list[int]] = {}  # overrides of the index
+        self.free_in: dict[tuple[str, int, str], int] = {}  # overrides of the index's free GPUs per domain
 
     # --- what the view holds and gives back -------------------------------------------------
 
@@ -87,6 +88,7 @@ class CapacityView:
                 histogram.extend([0] * (max(before, after) + 1 - len(histogram)))
             histogram[before] -= 1
             histogram[after] += 1
+            self.free_in[key] = self.free_in.get(key, self.cluster.free_in.get(key, 0)) + after - before
         self.effective[node.name] = after
 
     def hold(self, placement: Placement) -> None:
@@ -261,13 +263,41 @@ class CapacityView:
         if best is None:
             return None
         if pack and self.cluster.levels:
-            tightest = best[0]
-            candidates = [n for n in buckets.get(tightest, ()) if n not in self.effective and n not in hidden]
-            candidates += [n for n, free in self.effective.items() if free == tightest and n not in hidden
-                           and self.cluster.nodes[n].gpu_type == job.gpu_type]
-            fullness = _Fullness(self, job.gpu_type, hidden)
-            return (name := min(candidates, key=lambda n: (fullness.of(self.cluster.nodes[n]), n))), [name]
+            return self._in_fullest_rack(job.gpu_type, best[0], hidden)
         return best[1], [best[1]]
+
+    def _in_fullest_rack(self, gpu_type: str, tightest: int, hidden: dict[str, Node]) -> tuple[str, list[str]]:
+        """Of the usable nodes with `tightest` free GPUs, the one in the fullest rack (then block, ...; then by name).
+        The racks that have such a node come from that bucket of nodes or from the racks' histograms, whichever is
+        shorter; only the fullest racks' nodes are looked at one by one."""
+        cluster, level = self.cluster, len(self.cluster.levels) - 1
+        fullness = _Fullness(self, gpu_type, hidden)
+        racks = cluster.domains.get((gpu_type, level), ())
+        bucket = cluster.by_free.get(gpu_type, {}).get(tightest, ())
+        if len(bucket) + len(self.effective) < len(racks):
+            nodes = cluster.nodes
+            tight = {nodes[name].domains[level] for name in bucket if name not in self.effective and name not in hidden}
+            tight.update(nodes[name].domains[level] for name, free in self.effective.items()
+                         if free == tightest and name not in hidden and nodes[name].gpu_type == gpu_type)
+            racks = sorted(tight)
+        elif hidden:
+            racks = [rack for rack in racks if _has(self._histogram((gpu_type, level, rack), hidden), tightest)]
+        else:  # the same, inline: this is the hot path of packing a large, empty cell
+            base, over = cluster.histogram, self.histogram
+            racks = [rack for rack in racks
+                     if len(h := over.get(key := (gpu_type, level, rack)) or base.get(key, ())) > tightest and h[tightest] > 0]
+        free = {rack: fullness.in_domain(level, rack) for rack in racks}
+        least = min(free.values())
+        racks = [rack for rack in racks if free[rack] == least]
+        if len(racks) > 1:  # as full as each other: the outer domains decide
+            keys = {rack: fullness.of(cluster.nodes[cluster.members[(gpu_type, level, rack)][0]]) for rack in racks}
+            fullest = min(keys.values())
+            racks = [rack for rack in racks if keys[rack] == fullest]
+        # members are sorted by name: each rack's first usable one is its lowest
+        name = min(next(name for name in cluster.members[(gpu_type, level, rack)]
+                        if name not in hidden and cluster.nodes[name].schedulable
+                        and self.free(cluster.nodes[name]) == tightest) for rack in racks)
+        return name, [name]
 
     def _assign(self, members: list[str], job: Job, workers: int, policy: PlacementPolicy,
                 hidden: dict[str, Node]) -> Assignments:
@@ -290,6 +320,10 @@ class CapacityView:
         return tuple(assignments)
 
 
+def _has(histogram: list[int], free: int) -> bool:
+    return len(histogram) > free and histogram[free] > 0
+
+
 class _Fullness:
     """Free GPUs of a type in each domain around a node, innermost (rack) first, as a view sees them: the smaller,
     the fuller. Each domain is counted once per placement."""
@@ -299,15 +333,19 @@ class _Fullness:
         self.free: dict[tuple[int, str], int] = {}
 
     def of(self, node: Node) -> tuple[int, ...]:
-        out = []
-        for level in range(len(node.domains) - 1, -1, -1):
-            key = (level, node.domains[level])
-            free = self.free.get(key)
-            if free is None:
-                histogram = self.view._histogram((self.gpu_type, level, key[1]), self.hidden)
-                free = self.free[key] = sum(f * c for f, c in enumerate(histogram))
-            out.append(free)
-        return tuple(out)
+        return tuple(self.in_domain(level, node.domains[level]) for level in range(len(node.domains) - 1, -1, -1))
+
+    def in_domain(self, level: int, domain: str) -> int:
+        view, key = self.view, (self.gpu_type, level, domain)
+        if not self.hidden:
+            free = view.free_in.get(key)
+            return view.cluster.free_in.get(key, 0) if free is None else free
+        free = self.free.get((level, domain))
+        if free is None:
+            free = view.free_in.get(key, view.cluster.free_in.get(key, 0))
+            free -= sum(view.free(n) for n in self.hidden.values() if n.domains[level] == domain)
+            self.free[(level, domain)] = free
+        return free
 
 
 def bound(job: Job, assignments: Sequence[tuple[int, str, Sequence[int]]], domain: str | None,

@@ -3,11 +3,11 @@
 1,250 nodes x 8 GPUs in racks of 10 and blocks of 5 racks (block > rack > node), 16 teams in one
 cohort, and 10,000 gangs whose sizes are the first 10,000 jobs of the merged ITP trace, all
 submitted at once (`--nodes 12500 --jobs 100000` for a 100,000-GPU cell). Phase 1 folds the submissions (placed workers start at once, as
-agents would report); phase 2 completes running jobs one by one so that queued gangs are admitted
-as capacity frees. Prints decisions per second for each
+agents would report); phase 2 completes running jobs one by one (their workers exit, recovery ends them) so
+that queued gangs are admitted as capacity frees. Prints decisions per second for each
 phase, and with --profile the functions where the time goes.
 
-    python tests/benchmarks/bench_core.py [--nodes 1250] [--jobs 10000] [--profile]
+    python tests/benchmarks/bench_core.py [--nodes 1250] [--jobs 10000] [--policy gangway-3] [--profile]
 """
 
 from __future__ import annotations
@@ -27,12 +27,14 @@ from events.submission import job_submitted  # noqa: E402
 from events.traces import gang_shape, itp_jobs  # noqa: E402
 from projections.jobs import JobState  # noqa: E402
 from replay.runner import VirtualCell  # noqa: E402
+from services.policies import resolve  # noqa: E402
+from services.policy import DEFAULT_POLICY, Policy  # noqa: E402
 
 TEAMS = [f"team{i:02d}" for i in range(16)]
 
 
-def build_cell(nodes: int = 1250) -> VirtualCell:
-    cell = VirtualCell(tick_ms=10**12)
+def build_cell(nodes: int = 1250, policy: Policy = DEFAULT_POLICY) -> VirtualCell:
+    cell = VirtualCell(tick_ms=10**12, policy=policy)
     op = lambda: cell.envelope(0, "operator")  # noqa: E731
     cell.append(m.CellConfigured(envelope=op(), topology_levels=["block", "rack"]))
     for i in range(nodes):
@@ -71,10 +73,11 @@ def main() -> int:
     parser.add_argument("--nodes", type=int, default=1_250, help="nodes of 8 GPUs")
     parser.add_argument("--jobs", type=int, default=10_000)
     parser.add_argument("--completions", type=int, default=2_000, help="running jobs to complete in phase 2")
+    parser.add_argument("--policy", default="gangway", help="a policy name or recorded version (default gangway)")
     parser.add_argument("--profile", action="store_true")
     args = parser.parse_args()
 
-    cell = build_cell(args.nodes)
+    cell = build_cell(args.nodes, resolve(args.policy))
     cell.observers.append(start_workers)
     jobs = submissions(cell, args.jobs)
     profiler = cProfile.Profile() if args.profile else None
@@ -94,7 +97,10 @@ def main() -> int:
     running = [j for j in sorted(cell.state.holding) if cell.state.jobs[j].state is JobState.RUNNING]
     t0, c0 = time.perf_counter(), time.process_time()
     for job_id in running[: args.completions]:
-        cell.append(m.JobSucceeded(envelope=cell.envelope(2, "bench"), job_id=job_id))
+        job = cell.state.jobs[job_id]
+        for worker, node, _ in job.assignments:  # the agents report each worker's exit; recovery ends the job
+            cell.append(m.WorkerExited(envelope=cell.envelope(2, "agent"), job_id=job_id, attempt=job.attempt,
+                                       worker=worker, node=node, exit_code=0))
         cell.run_until(2)
     phase2, cpu2 = time.perf_counter() - t0, time.process_time() - c0
     if profiler:

@@ -58,6 +58,8 @@ def check_nodes(state: CellState) -> None:
     for gpu_type in state.cluster.gpu_types():  # the capacity the index keeps is what the nodes add up to
         assert state.cluster.capacity(gpu_type) == sum(n.healthy_gpus for n in state.cluster.of_type(gpu_type)
                                                        if n.schedulable), f"{gpu_type} capacity index is stale"
+    for key, histogram in state.cluster.histogram.items():  # free GPUs per domain: the histogram's total
+        assert state.cluster.free_in.get(key, 0) == sum(f * c for f, c in enumerate(histogram)), f"free in {key} is stale"
     held: dict[tuple[str, str], int] = {}
     for job_id in sorted(state.holds):
         job = state.jobs[job_id]

@@ -13,6 +13,7 @@ from projections.jobs import JobState
 from replay.scenario.play import run
 from services.admitter.decide import Admitter
 from services.core.decider import Context
+from services.core.heads import _held, _held_in_full
 from services.core.placement import CapacityView, Placement, off_limits, place_gang
 from services.core.queue import WaitingGangs
 from services.core.quota import quota_fit
@@ -128,3 +129,25 @@ def _unordered(decisions) -> list[str]:
 @given(st.data())
 def test_admission_by_groups_of_equal_needs_equals_one_gang_at_a_time(data):
     run(stream(DataChooser(data), steps=40), observers=[GroupedAdmissionAgreesWithOneByOne()])
+
+
+class HoldingIndexAgreesWithEveryJob:
+    """After every event: the releases the admitter's queue heads read off the index kept between cycles (summed by
+    time and team) are those of every holding job counted one by one, on odd nodes too."""
+
+    def __call__(self, cell, event, offset) -> None:
+        state = cell.state
+        for gpu_type in state.cluster.gpu_types():
+            summed: dict[tuple[int, str], list[int]] = {}
+            for at, gpus, quota, team in _held_in_full(state, gpu_type):
+                total = summed.setdefault((at, team), [0, 0])
+                total[0] += gpus
+                total[1] += quota
+            assert sorted(_held(state, gpu_type)) == sorted((at, g, q, team) for (at, team), (g, q) in summed.items()), (
+                type(event).__name__, offset)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.data())
+def test_the_holding_index_equals_every_holding_job_counted_again(data):
+    run(stream(DataChooser(data), steps=40), observers=[HoldingIndexAgreesWithEveryJob()])
