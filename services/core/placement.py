@@ -326,7 +326,8 @@ def _has(histogram: list[int], free: int) -> bool:
 
 class _Fullness:
     """Free GPUs of a type in each domain around a node, innermost (rack) first, as a view sees them: the smaller,
-    the fuller. Each domain is counted once per placement."""
+    the fuller. Read off the index's per-domain totals; with nodes hidden (reserved for others), each domain is
+    counted once per placement."""
 
     def __init__(self, view: CapacityView, gpu_type: str, hidden: dict[str, Node]) -> None:
         self.view, self.gpu_type, self.hidden = view, gpu_type, hidden

@@ -197,8 +197,8 @@ def preempt_for(state: CellState, job: Job, ctx: Context, memo: dict | None = No
         # room in one rack, if some set of victims no more protected than these makes it
         rank = cost(chosen)[0]
         local = [s for s in _one_rack(state, job, ranked, usage, policy.keep_nominal, ctx) if cost(s)[0] <= rank]
-        if local and (packed := plan(state, job, min(local, key=cost), ctx)) is not None:
-            chosen, placement = min(local, key=cost), packed
+        if local and (packed := plan(state, job, cheapest := min(local, key=cost), ctx)) is not None:
+            chosen, placement = cheapest, packed
     victims = sorted(v.job_id for v in chosen)
     deadline = ctx.now + (policy.checkpoint_grace_ms if policy.checkpoint_aware else 0)
     gpus = len(placement.assignments) * job.gpus_per_worker
