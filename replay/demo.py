@@ -50,6 +50,7 @@ from events.submission import job_submitted
 from events.topics import ensure_topics, topic_names
 from events.traces import ITP
 from projections.watch import CellView
+from services.agent.failures import FIRST_BUSY
 from services.policy import DEFAULT_POLICY
 
 CELL = "cell-a"
@@ -86,7 +87,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--compress", type=within(float, 0), default=6.0,
                         help="the slice plays this many times faster than event time (gaps and durations)")
     parser.add_argument("--node-failure-at", type=within(float, 0, low_included=True), default=20.0, metavar="MINUTES",
-                        help="event minutes after work starts on node b0-r0-n0 that it goes silent (default 20)")
+                        help="event minutes after work starts on the first busy node that it goes silent (default 20)")
     parser.add_argument("--state-dir", type=Path, default=Path("~/.gangway/demo"))
     parser.add_argument("--bootstrap-servers", default=os.environ.get("KAFKA_BOOTSTRAP_SERVERS"),
                         help="an existing broker (default: start the local one)")
@@ -169,7 +170,7 @@ class Demo:
                    str(self.state_dir / "state"), "--policy", demo_policy(a.speedup), "-v")
         self.start("fleet", "fleet", "--nodes", str(a.nodes), "--nodes-per-rack", "4", "--racks-per-block", "4",
                    "--checkpoint-every", "5m", "--checkpoint-delay", "20s", *speed,
-                   "--fail-node", f"{CELL}-b0-r0-n0", "--fail-at", str(a.node_failure_at * 60))
+                   "--fail-node", FIRST_BUSY, "--fail-at", str(a.node_failure_at * 60))
         reader = LogReader([CELL], self.bootstrap, all_cells=[CELL], topics=self.topics)
         console = Console()
         if console.is_terminal:  # a live screen on a terminal; elsewhere a line every 10 s

@@ -19,8 +19,12 @@ class FailureSpec:
     xid_rate: float = 0.0  # Xid errors per node-hour
     seed: int = 0
     repair_ms: int = 10 * 60_000
-    fail_node: str | None = None  # test hook: lose this node ...
+    fail_node: str | None = None  # test hook: lose this node (FIRST_BUSY: the first node a worker starts on) ...
     fail_at_ms: int = 0  # ... this long after its first worker starts (so it always hits a busy node)
+
+
+#: `fail_node` for whichever node a worker starts on first: a busy node, wherever placement puts the work.
+FIRST_BUSY = "first-busy"
 
 
 class Failure(NamedTuple):

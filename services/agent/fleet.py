@@ -31,7 +31,7 @@ from events.models import XidAction
 from projections.cell import CellState
 from projections.evolve import evolve
 from projections.jobs import JobState
-from services.agent.failures import HOUR_MS, Failure, FailureSpec, failure_schedule
+from services.agent.failures import FIRST_BUSY, HOUR_MS, Failure, FailureSpec, failure_schedule
 from services.agent.simulated import AgentTiming
 
 DEFAULT_DURATION_MS = HOUR_MS  # a job without a `duration_ms` label trains for an hour
@@ -233,7 +233,7 @@ class Fleet:
                 envelope=self._envelope(agents, due, f"agent/{node}", f"{run.job_id}-a{run.attempt}-w{worker}-started",
                                         run.job_id, placed),
                 job_id=run.job_id, attempt=run.attempt, worker=worker, node=node))
-            if node == self.failures.fail_node and not self._injected:
+            if self.failures.fail_node in (node, FIRST_BUSY) and not self._injected:
                 self._injected = True
                 self.timers.at(due + self.failures.fail_at_ms, lambda at, n=node: self._lose(n, at))
         self._begin(agents, run, due)

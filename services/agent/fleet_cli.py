@@ -20,7 +20,7 @@ from events.log import EventProducer
 from events.reader import LogReader
 from events.topics import TopicNames, cells_from_env, topic_names, topic_prefix
 from events.tracing import Tracer
-from services.agent.failures import FailureSpec
+from services.agent.failures import FIRST_BUSY, FailureSpec
 from services.agent.fleet import Fleet, FleetSpec, trace_placement
 from services.agent.simulated import AgentTiming
 
@@ -51,7 +51,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--repair-time", type=parse_duration, default=10 * 60_000, metavar="DURATION",
                         help="a lost or cordoned node passes its health checks this long after failing")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--fail-node", default=None, metavar="NAME", help="test hook: lose this node ...")
+    parser.add_argument("--fail-node", default=None, metavar="NAME",
+                        help=f"test hook: lose this node ('{FIRST_BUSY}': the first one a worker starts on) ...")
     parser.add_argument("--fail-at", type=non_negative, default=0.0, metavar="SECONDS",
                         help="... this many event seconds after its first worker starts")
     parser.add_argument("-v", "--verbose", action="store_true")
@@ -67,7 +68,7 @@ def _run(args: argparse.Namespace) -> int:
     failures = FailureSpec(args.node_failure_rate, args.xid_rate, args.seed, args.repair_time,
                            args.fail_node, int(args.fail_at * 1000))
     fleet = Fleet(cells, spec, timing, failures)
-    if args.fail_node and args.fail_node not in fleet.node_cell:
+    if args.fail_node and args.fail_node != FIRST_BUSY and args.fail_node not in fleet.node_cell:
         print(f"gangway fleet: no node {args.fail_node!r} (nodes look like {next(iter(fleet.node_cell))})",
               file=sys.stderr)
         return 2

@@ -8,7 +8,7 @@ from events.models import Reason
 from events.submission import job_submitted
 from projections.jobs import JobState
 from replay.runner import VirtualCell
-from services.agent.failures import FailureSpec, failure_schedule
+from services.agent.failures import FIRST_BUSY, FailureSpec, failure_schedule
 from services.agent.fleet import Fleet, FleetSpec, Timers
 from services.agent.simulated import AgentTiming
 
@@ -146,6 +146,15 @@ def test_a_lost_node_is_failed_by_recovery_and_its_job_resumes_elsewhere():
     assert [e.attempt for e in of(cell, m.WorkerExited, on_n0)] == [2], "the lost attempt reports nothing"
     assert cell.job(on_n0).state is JobState.SUCCEEDED and cell.job(other).state is JobState.SUCCEEDED
     assert [r.node for r in of(cell, m.NodeRecovered)] == ["cell-a-b0-r0-n0"], "repaired, checks pass, back"
+
+
+def test_first_busy_loses_whichever_node_a_worker_starts_on_first():
+    # two racks of one node: which one the job lands on is placement's choice, not the test's
+    failures = FailureSpec(repair_ms=200_000, fail_node=FIRST_BUSY, fail_at_ms=45_000)
+    fleet = Fleet([CELL], FleetSpec(nodes=2, nodes_per_rack=1), TIMING, failures)
+    cell = play(fleet, [*tenancy(), submit("a", 3_000, duration_s=100)], until_ms=400_000)
+    first = of(cell, m.JobPlaced, "a")[0].assignments[0].node
+    assert [(f.node, f.envelope.reason) for f in of(cell, m.NodeFailed)] == [(first, Reason.HEARTBEAT_MISSED)]
 
 
 def test_preemption_request_gets_a_checkpoint_before_the_deadline():
