@@ -190,27 +190,6 @@ class _Holding:
             del self.totals[gpu_type][key]
 
 
-def _held_in_full(state: CellState, gpu_type: str) -> list[Release]:
-    """`_held` from every holding job, without the index (the tests hold the index to it)."""
-    odd = {node.name: node for node in state.cluster.of_type(gpu_type)
-           if not node.schedulable or node.retired or node.claimed}
-    out = []
-    for job_id in state.holding:
-        job = state.jobs[job_id]
-        if job.gpu_type != gpu_type:
-            continue
-        end = job.preemption_deadline if job.state is JobState.PREEMPTING else expected_end(job)
-        gpus = 0
-        for _, name, indices in job.assignments:
-            node = odd.get(name)
-            if node is None:
-                gpus += len(indices)
-            elif node.schedulable:
-                gpus += sum(1 for g in indices if g not in node.retired and g not in node.claimed)
-        out.append((EVENTUALLY if end is None else end, gpus, job.held_gpus, job.team))
-    return out
-
-
 def _admitted(admitted: Iterable[tuple[Job, int]], gpu_type: str, now: int) -> list[Release]:
     return [(EVENTUALLY if job.time_limit_ms is None else now + job.time_limit_ms, gpus, gpus, job.team)
             for job, gpus in admitted if job.gpu_type == gpu_type]

@@ -10,10 +10,11 @@ from hypothesis import strategies as st
 from events import models as m
 from events.models import Reason
 from projections.jobs import JobState
+from projections.reservations import expected_end
 from replay.scenario.play import run
 from services.admitter.decide import Admitter
 from services.core.decider import Context
-from services.core.heads import _held, _held_in_full
+from services.core.heads import EVENTUALLY, _held
 from services.core.placement import CapacityView, Placement, off_limits, place_gang
 from services.core.queue import WaitingGangs
 from services.core.quota import quota_fit
@@ -131,6 +132,27 @@ def test_admission_by_groups_of_equal_needs_equals_one_gang_at_a_time(data):
     run(stream(DataChooser(data), steps=40), observers=[GroupedAdmissionAgreesWithOneByOne()])
 
 
+def held_one_by_one(state, gpu_type: str) -> list[tuple[int, int, int, str]]:
+    """The definition of `heads._held`: each holding job's release, from every holding job, without the index."""
+    odd = {node.name: node for node in state.cluster.of_type(gpu_type)
+           if not node.schedulable or node.retired or node.claimed}
+    out = []
+    for job_id in state.holding:
+        job = state.jobs[job_id]
+        if job.gpu_type != gpu_type:
+            continue
+        end = job.preemption_deadline if job.state is JobState.PREEMPTING else expected_end(job)
+        gpus = 0
+        for _, name, indices in job.assignments:
+            node = odd.get(name)
+            if node is None:
+                gpus += len(indices)
+            elif node.schedulable:
+                gpus += sum(1 for g in indices if g not in node.retired and g not in node.claimed)
+        out.append((EVENTUALLY if end is None else end, gpus, job.held_gpus, job.team))
+    return out
+
+
 class HoldingIndexAgreesWithEveryJob:
     """After every event: the releases the admitter's queue heads read off the index kept between cycles (summed by
     time and team) are those of every holding job counted one by one, on odd nodes too."""
@@ -139,7 +161,7 @@ class HoldingIndexAgreesWithEveryJob:
         state = cell.state
         for gpu_type in state.cluster.gpu_types():
             summed: dict[tuple[int, str], list[int]] = {}
-            for at, gpus, quota, team in _held_in_full(state, gpu_type):
+            for at, gpus, quota, team in held_one_by_one(state, gpu_type):
                 total = summed.setdefault((at, team), [0, 0])
                 total[0] += gpus
                 total[1] += quota
