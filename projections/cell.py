@@ -44,7 +44,13 @@ class CellState:
     #: QUEUED jobs grouped by their needs (Job.needs), each group sorted by rank: admission looks at
     #: the first of each group instead of the whole queue
     queued_by_needs: dict[tuple, list[tuple[tuple, str]]] = field(default_factory=dict)
-    _queued_needs: dict[str, tuple[tuple, tuple]] = field(default_factory=dict, repr=False)
+    #: needs -> stated reason (Job.reason) -> how many of the group state it: a cycle that refuses a group tells
+    #: only the members whose reason differs, and sees that none does without going through the group
+    queued_reasons: dict[tuple, dict[object, int]] = field(default_factory=dict)
+    #: needs -> time limit (None: none) -> how many of the group have it: whether a refusal that holds for gangs
+    #: running at least as long holds for the whole group
+    queued_limits: dict[tuple, dict[int | None, int]] = field(default_factory=dict)
+    _queued_needs: dict[str, tuple[tuple, tuple, object]] = field(default_factory=dict, repr=False)
     last_heartbeat: dict[str, int] = field(default_factory=dict)
     reservations: dict[str, tuple[str, ...]] = field(default_factory=dict)  # queued job -> nodes draining for it
     holds: set[str] = field(default_factory=set)  # job ids with capacity held for them (CapacityHeld)
@@ -123,12 +129,16 @@ class CellState:
         if queued is not None:
             group = self.queued_by_needs[queued[0]]
             del group[bisect_left(group, (queued[1], job.job_id))]
+            _count(self.queued_reasons, queued[0], queued[2], -1)
+            _count(self.queued_limits, queued[0], job.time_limit_ms, -1)
             if not group:
                 del self.queued_by_needs[queued[0]]
         if state is JobState.QUEUED:
             needs, rank = job.needs(), job.rank_key()
             insort(self.queued_by_needs.setdefault(needs, []), (rank, job.job_id))
-            self._queued_needs[job.job_id] = (needs, rank)
+            self._queued_needs[job.job_id] = (needs, rank, job.reason)
+            _count(self.queued_reasons, needs, job.reason, 1)
+            _count(self.queued_limits, needs, job.time_limit_ms, 1)
         entry = self._running_since.pop(job.job_id, None)
         if entry is not None:
             running = self.running_by_team[entry[0]]
@@ -137,6 +147,14 @@ class CellState:
             since = job.running_since or 0
             insort(self.running_by_team.setdefault(job.team, []), (since, job.job_id))
             self._running_since[job.job_id] = (job.team, since)
+
+    def note_reason(self, job: Job) -> None:
+        """Keeps `queued_reasons` in step after the job's stated reason changed."""
+        queued = self._queued_needs.get(job.job_id)
+        if queued is not None and queued[2] is not job.reason:
+            _count(self.queued_reasons, queued[0], queued[2], -1)
+            self._queued_needs[job.job_id] = (queued[0], queued[1], job.reason)
+            _count(self.queued_reasons, queued[0], job.reason, 1)
 
     def note_moved(self, job_id: str) -> None:
         """Tells the reader of `moved`, if any, that the job's state or GPUs changed; a reader that falls far behind
@@ -151,3 +169,13 @@ class CellState:
         """Ids of the team's RUNNING jobs that started at or before `at`, oldest first."""
         running = self.running_by_team.get(team, [])
         return [job_id for _, job_id in running[:bisect_right(running, (at, "\U0010ffff"))]]
+
+
+def _count(counts: dict[tuple, dict], needs: tuple, value: object, delta: int) -> None:
+    """Adds `delta` to how many of a group of equal needs have `value`; a count of zero leaves no entry."""
+    group = counts.setdefault(needs, {})
+    group[value] = group.get(value, 0) + delta
+    if not group[value]:
+        del group[value]
+        if not group:
+            del counts[needs]

@@ -94,6 +94,9 @@ class Cluster:
     #: gpu type -> GPUs per node -> number of (non-spare) nodes of that size, for validating requests
     sizes: dict[str, dict[int, int]] = field(default_factory=dict)
     claimed_on: set[str] = field(default_factory=set)  # nodes with GPUs held for a waiting gang
+    #: gpu type -> nodes where a job holds GPUs that may not count as free when they come back (the node is out
+    #: of service, or has retired or claimed GPUs): the few nodes a release forecast must look at one by one
+    odd_holders: dict[str, set[str]] = field(default_factory=dict)
     changed: set[str] = field(default_factory=set, compare=False, repr=False)  # nodes changed since last saved
 
     def add(self, node: Node) -> None:
@@ -101,6 +104,7 @@ class Cluster:
         if old is not None:
             self._uncount(old)
             self._unlist(old)
+            self.odd_holders.get(old.gpu_type, set()).discard(old.name)
         self.nodes[node.name] = node
         self._list(node)
         self.recount(node)
@@ -111,6 +115,7 @@ class Cluster:
         self.free_in.clear()
         self.counted.clear(), self.counted_healthy.clear(), self.healthy.clear()
         self.claimed_on.clear()
+        self.odd_holders.clear()
         self.by_type.clear()
         self.sizes.clear()
         for name in sorted(self.nodes):
@@ -145,6 +150,11 @@ class Cluster:
             self.claimed_on.add(node.name)
         else:
             self.claimed_on.discard(node.name)
+        odd = self.odd_holders.setdefault(node.gpu_type, set())
+        if node.holder and (not node.schedulable or node.retired or node.claimed):
+            odd.add(node.name)
+        else:
+            odd.discard(node.name)
         self._uncount(node)
         if node.schedulable:
             free = node.free

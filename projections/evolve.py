@@ -127,6 +127,7 @@ def _decided_about(state: CellState, event: m.Event, offset: int) -> Job | None:
     if job is not None:
         job.reason = event.envelope.reason
         job.reason_offset = offset
+        state.note_reason(job)
     return job
 
 

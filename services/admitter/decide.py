@@ -293,15 +293,17 @@ def admission_cycle(state: CellState, ctx: Context, only: Job | None = None, ref
     # Without `refresh`, only admissions are decided; why the others still wait is restated on the next Tick.
     say_why = _quiet if quiet else _requeue_reason
 
-    def no_more_room(job: Job) -> Callable[[Job], bool]:
+    def no_more_room(job: Job) -> Callable[[Job], bool] | None:
         """Whether another gang of `job`'s group meets the same refusal: it may backfill onto exactly the same
-        reservations (fewer would refuse it too, but perhaps for another reason)."""
+        reservations (fewer would refuse it too, but perhaps for another reason). None: every one does."""
+        if not shadows:
+            return None
         usable = backfillable(job)
         return lambda other: backfillable(other) == usable
 
     def backfillable(job: Job) -> set[str]:
         return {holder for holder in reservations
-                if holder != job.job_id and ends_before(job, now, shadows.get(holder))} if shadows else set()
+                if holder != job.job_id and ends_before(job, now, shadows.get(holder))}
 
     def refuse(job: Job, reason: Reason, detail: str, itself: bool = True, room: bool = False,
                alike: Callable[[Job], bool] | None = None) -> None:
@@ -309,7 +311,7 @@ def admission_cycle(state: CellState, ctx: Context, only: Job | None = None, ref
         head that now blocks, for that); for lack of `room`, only the members that may use the same
         reserved nodes; with `alike`, only those."""
         rest = (Reason.WAITING_FOR_QUEUE_HEAD, _HEAD_WAITS) if head_blocked else (reason, detail)
-        for waiting in order.refused(no_more_room(job) if room else alike, tell=not quiet):
+        for waiting in order.refused(no_more_room(job) if room else alike, tell=None if quiet else rest[0]):
             say_why(decisions, waiting, *rest, ctx)
         if itself:
             say_why(decisions, job, reason, detail, ctx)
@@ -399,7 +401,7 @@ def admission_cycle(state: CellState, ctx: Context, only: Job | None = None, ref
                 if holds:
                     usage[own] += job.held_quota
                     view.reclaim(job)
-                refuse(job, Reason.WOULD_DELAY_QUEUE_HEAD, _delay_detail(blocker, now), alike=_ends_no_sooner(job))
+                refuse(job, Reason.WOULD_DELAY_QUEUE_HEAD, _delay_detail(blocker, now), alike=_ends_no_sooner(state, job))
                 continue
             if gpus < most * job.gpus_per_worker:  # fewer workers placed than the quota allowed: borrow less
                 fit = state.tenancy.admissible(job.team, job.gpu_type, gpus, policy.borrowing, usage)
@@ -430,7 +432,7 @@ def admission_cycle(state: CellState, ctx: Context, only: Job | None = None, ref
         if not policy.backfill:
             head_blocked = True
         if job.job_id in reservations:
-            order.refused(tell=False)
+            order.refused()
             continue  # keeps its reservation and its reason
         if policy.backfill and reserve(job):
             order.refused(lambda other: False)  # the rest of its group meets the new reservation: looked at again
@@ -473,9 +475,14 @@ def _held_on(job: Job, nodes: Sequence[str]) -> dict[str, set[int]]:
     return mine
 
 
-def _ends_no_sooner(job: Job) -> Callable[[Job], bool]:
-    """Gangs of `job`'s group that run at least as long by their time limits: they would delay the head too."""
+def _ends_no_sooner(state: CellState, job: Job) -> Callable[[Job], bool] | None:
+    """Gangs of `job`'s group that run at least as long by their time limits: they would delay the head too.
+    None when every gang of its needs does, as the state's count of their limits shows."""
     limit = job.time_limit_ms
+    limits = state.queued_limits.get(job.needs(), {})
+    if None in limits and len(limits) == 1 or limit is not None and min(
+            (other for other in limits if other is not None), default=limit) >= limit:
+        return None
     return lambda other: other.time_limit_ms is None or (limit is not None and other.time_limit_ms >= limit)
 
 

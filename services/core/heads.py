@@ -119,7 +119,7 @@ def _held(state: CellState, gpu_type: str) -> list[Release]:
     totals = index.totals.get(gpu_type, {})
     cluster = state.cluster
     # Nodes where a held GPU may not count as free when it comes back: out of service, retired or claimed GPUs.
-    odd = [node for node in cluster.of_type(gpu_type) if not node.schedulable or node.retired or node.claimed]
+    odd = [cluster.nodes[name] for name in sorted(cluster.odd_holders.get(gpu_type, ()))]
     if not odd:
         return [(at, gpus, quota, team) for (at, team), (gpus, quota, _) in totals.items()]
     lost: dict[tuple[int, str], int] = {}

@@ -14,6 +14,7 @@ import heapq
 from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING
 
+from events.models import Reason
 from projections.cell import CellState
 from projections.jobs import Job
 
@@ -68,9 +69,11 @@ class WaitingGangs:
     """Iterates waiting gangs in queue order; tell it whether each was `admitted()` or `refused()`."""
 
     def __init__(self, state: CellState, now: int, key: Callable[[Job], tuple],
-                 groups: list[Sequence[tuple[object, str]]]) -> None:
+                 groups: list[Sequence[tuple[object, str]]], needs: list[tuple | None] | None = None) -> None:
         self.state, self.now, self.key = state, now, key
         self.groups = groups
+        #: each group's needs when it is a whole group of `state.queued_by_needs` (its reasons are counted there)
+        self.needs = needs if needs is not None else [None] * len(groups)
         self.cursor = [0] * len(groups)
         self.heap: list[tuple[tuple, int]] = []
         self.current = -1
@@ -85,12 +88,15 @@ class WaitingGangs:
         holders = state.reservations.keys() | state.holds if state.holds else state.reservations
         groups: list[Sequence[tuple[object, str]]] = [[(None, job_id)] for job_id in sorted(holders)
                                                       if job_id in state.queued]
-        for members in state.queued_by_needs.values():  # (rank, job id), read in place: a cycle folds nothing
+        needs: list[tuple | None] = [None] * len(groups)
+        for alike, members in state.queued_by_needs.items():  # (rank, job id), read in place: a cycle folds nothing
+            whole = alike
             if holders and any(job_id in holders for _, job_id in members):
-                members = [member for member in members if member[1] not in holders]
+                members, whole = [member for member in members if member[1] not in holders], None
             if members and keep(state.jobs[members[0][1]]):
                 groups.append(members)
-        return cls(state, now, key, groups)
+                needs.append(whole)
+        return cls(state, now, key, groups, needs)
 
     def _push(self, g: int) -> None:
         members, i = self.groups[g], self.cursor[g]
@@ -110,12 +116,12 @@ class WaitingGangs:
         self.cursor[self.current] += 1
         self._push(self.current)
 
-    def refused(self, alike: Callable[[Job], bool] | None = None, tell: bool = True) -> list[Job]:
-        """The current gang was refused: so are the rest of its group, returned to be told why (unless not
-        `tell`: then none are). With `alike`, only those it holds for; the others stay in the queue as a group
-        of their own."""
+    def refused(self, alike: Callable[[Job], bool] | None = None, tell: Reason | None = None) -> list[Job]:
+        """The current gang was refused: so are the rest of its group, and those of them not backing off that do
+        not yet state the reason `tell` are returned, to be told it (none without `tell`). With `alike`, only the
+        members it holds for are refused; the others stay in the queue as a group of their own."""
         g = self.current
-        if alike is None and not tell:
+        if alike is None and (tell is None or self._all_say(g, tell)):
             return []
         rest = [self.state.jobs[j] for _, j in self.groups[g][self.cursor[g] + 1:]]
         if alike is not None:
@@ -124,9 +130,22 @@ class WaitingGangs:
             if others:
                 rest = [job for job, same in zip(rest, held) if same]
                 self.groups.append(others)
+                self.needs.append(None)
                 self.cursor.append(0)
                 self._push(len(self.groups) - 1)
-        return [job for job in rest if job.not_before <= self.now] if tell else []
+        if tell is None:
+            return []
+        return [job for job in rest if job.reason is not tell and job.not_before <= self.now]
+
+    def _all_say(self, g: int, reason: Reason) -> bool:
+        """Whether every member of group `g` after the current one states `reason` already (then none needs
+        telling), known from the group's reason counts and its few members up to the current one."""
+        needs = self.needs[g]
+        if needs is None:
+            return False
+        members, cursor = self.groups[g], self.cursor[g]
+        others = len(members) - self.state.queued_reasons.get(needs, {}).get(reason, 0)
+        return others == sum(1 for _, j in members[:cursor + 1] if self.state.jobs[j].reason is not reason)
 
 
 def queue_order(state: CellState, jobs: list[Job], admission: AdmissionPolicy) -> Iterator[Job]:

@@ -60,6 +60,11 @@ def check_nodes(state: CellState) -> None:
                                                        if n.schedulable), f"{gpu_type} capacity index is stale"
     for key, histogram in state.cluster.histogram.items():  # free GPUs per domain: the histogram's total
         assert state.cluster.free_in.get(key, 0) == sum(f * c for f, c in enumerate(histogram)), f"free in {key} is stale"
+    odd: dict[str, set[str]] = {}
+    for n in state.cluster.nodes.values():
+        if n.holder and (not n.schedulable or n.retired or n.claimed):
+            odd.setdefault(n.gpu_type, set()).add(n.name)
+    assert odd == {t: names for t, names in state.cluster.odd_holders.items() if names}, "odd holding nodes are stale"
     held: dict[tuple[str, str], int] = {}
     for job_id in sorted(state.holds):
         job = state.jobs[job_id]
@@ -92,6 +97,15 @@ def check_quota_usage(state: CellState) -> None:
     assert actual == expected, f"usage {actual} != holding jobs {expected}"
     assert state.holding == {j for j, job in state.jobs.items() if job.state in HOLDING}
     assert state.queued == {j for j, job in state.jobs.items() if job.state is JobState.QUEUED}
+    reasons: dict[tuple, dict[object, int]] = {}
+    limits: dict[tuple, dict[int | None, int]] = {}
+    for job_id in state.queued:
+        job = state.jobs[job_id]
+        for counts, value in ((reasons, job.reason), (limits, job.time_limit_ms)):
+            group = counts.setdefault(job.needs(), {})
+            group[value] = group.get(value, 0) + 1
+    assert state.queued_reasons == reasons, "the count of queued gangs' stated reasons is stale"
+    assert state.queued_limits == limits, "the count of queued gangs' time limits is stale"
 
 
 def check_admission(state: CellState, admitted: m.JobAdmitted, offset: int) -> None:
