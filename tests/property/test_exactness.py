@@ -12,7 +12,7 @@ from events.models import Reason
 from projections.jobs import JobState
 from projections.reservations import expected_end
 from replay.scenario.play import run
-from services.admitter.decide import Admitter
+from services.admitter.decide import Admitter, _ends_no_sooner
 from services.core.decider import Context
 from services.core.heads import EVENTUALLY, _held
 from services.core.placement import CapacityView, Placement, off_limits, place_gang
@@ -130,6 +130,49 @@ def _unordered(decisions) -> list[str]:
 @given(st.data())
 def test_admission_by_groups_of_equal_needs_equals_one_gang_at_a_time(data):
     run(stream(DataChooser(data), steps=40), observers=[GroupedAdmissionAgreesWithOneByOne()])
+
+
+class ToldGroupsAgreeWithEveryMember:
+    """After every event: the admitter that refuses a group in one step where the state's counts show nothing to
+    tell (every member states the reason already, or runs at least as long) decides exactly what it does when it
+    goes through the group member by member, the restated reasons included."""
+
+    def __call__(self, cell, event, offset) -> None:
+        state = cell.state
+        if all(len(members) < 2 for members in state.queued_by_needs.values()):
+            return
+        order = WaitingGangs.of(state, state.now, lambda job: (job.job_id,))
+        for g, members in enumerate(order.groups):  # the first not backing off is each group's current gang
+            rest = [state.jobs[j] for _, j in members[order.cursor[g] + 1:]]
+            for reason in {job.reason for job in rest} | {Reason.INSUFFICIENT_FREE_GPUS}:
+                if order._all_say(g, reason):
+                    assert all(job.reason is reason for job in rest), (reason, [job.reason for job in rest])
+            for job in map(state.jobs.get, (j for _, j in members)):
+                if _ends_no_sooner(state, job) is None:
+                    everyone = ends_no_sooner_member_by_member(state, job)
+                    assert all(everyone(other) for other in rest), (job.time_limit_ms, [o.time_limit_ms for o in rest])
+        ctx = lambda: Context("admitter", event, offset, cell.policy)  # noqa: E731
+        with patch.object(WaitingGangs, "_all_say", lambda self, g, reason: False), \
+                patch("services.admitter.decide._ends_no_sooner", ends_no_sooner_member_by_member):
+            expected = Admitter().decide(copy.deepcopy(state), event, ctx())
+        got = Admitter().decide(copy.deepcopy(state), event, ctx())
+        assert _all_of(got) == _all_of(expected), (type(event).__name__, offset)
+
+
+def ends_no_sooner_member_by_member(state, job):
+    """The definition of `_ends_no_sooner`, asked of every member."""
+    limit = job.time_limit_ms
+    return lambda other: other.time_limit_ms is None or (limit is not None and other.time_limit_ms >= limit)
+
+
+def _all_of(decisions) -> list[str]:
+    return [f"{type(d).__name__} {d.model_dump(exclude={'envelope': {'event_id'}})}" for d in decisions]
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.data())
+def test_groups_refused_in_one_step_tell_what_member_by_member_does(data):
+    run(stream(DataChooser(data), steps=40), observers=[ToldGroupsAgreeWithEveryMember()])
 
 
 def held_one_by_one(state, gpu_type: str) -> list[tuple[int, int, int, str]]:
