@@ -394,8 +394,10 @@ def admission_cycle(state: CellState, ctx: Context, only: Job | None = None, ref
             with view.only(mine):
                 outcome = place_gang(view, job, most, ctx.policy.placement,
                                      [name for name in excluded if name not in mine])
+                if mine and isinstance(outcome, Placement):
+                    outcome = outcome.chosen()  # on its held GPUs alone
         if isinstance(outcome, Placement):
-            gpus = len(outcome.assignments) * job.gpus_per_worker
+            gpus = outcome.workers * job.gpus_per_worker
             blocker = guard.blocker(job, gpus) if guard is not None and not holds else None
             if blocker is not None:
                 if holds:

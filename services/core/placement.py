@@ -14,9 +14,10 @@ that outranks the holder in their team's queue may use them.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from functools import cached_property
 from typing import TYPE_CHECKING
 
 from events import models as m
@@ -35,8 +36,29 @@ Assignments = tuple[tuple[int, str, tuple[int, ...]], ...]  # (worker, node, GPU
 
 @dataclass(frozen=True)
 class Placement:
-    assignments: Assignments
-    domain: str | None
+    """Room for `workers` workers of a gang. Which domain, nodes and GPU indices they get (`domain`, `assignments`)
+    is worked out when first read, on the view as it is then: read them before the view changes, or call
+    `chosen()`. Most placements only answer whether a gang fits, and never pay for the choice."""
+
+    workers: int
+    choose: Callable[[], tuple[str | None, Assignments]] = field(compare=False, repr=False)
+
+    @cached_property
+    def _choice(self) -> tuple[str | None, Assignments]:
+        return self.choose()
+
+    @property
+    def domain(self) -> str | None:
+        return self._choice[0]
+
+    @property
+    def assignments(self) -> Assignments:
+        return self._choice[1]
+
+    def chosen(self) -> Placement:
+        """The placement with its domain and assignments worked out now."""
+        self._choice  # noqa: B018 - cached from here on
+        return self
 
 
 @dataclass(frozen=True)
@@ -207,10 +229,9 @@ class CapacityView:
                                f"{free_total} {gpu_type} GPUs free but only {_slots(cell, g)} slots of {g} GPUs "
                                f"for {workers} workers")
         for level in _search_levels(cluster, job, policy):
-            chosen = self._tightest(job, workers, level, hidden, policy.pack_domains)
-            if chosen is not None:
-                domain, members = chosen
-                return Placement(self._assign(members, job, workers, policy, hidden), domain)
+            where = self._tightest(job, workers, level, hidden, policy.pack_domains)
+            if where is not None:
+                return Placement(workers, lambda: self._choose(where, job, workers, policy, hidden))
         return Unplaceable(Reason.TOPOLOGY_DOMAIN_TOO_SMALL,
                            f"no single {job.topology_required} has {workers} free slots of {g} {gpu_type} GPUs")
 
@@ -226,13 +247,26 @@ class CapacityView:
                 kept += sum(1 for g in node.claimed if g not in node.holder and g not in unclaimed and g not in taken)
         return kept
 
+    def _choose(self, where: Callable[[], tuple[str | None, list[str]]], job: Job, workers: int,
+                policy: PlacementPolicy, hidden: dict[str, Node]) -> tuple[str | None, Assignments]:
+        domain, members = where()
+        return domain, self._assign(members, job, workers, policy, hidden)
+
     def _tightest(self, job: Job, workers: int, level: int, hidden: dict[str, Node],
-                  pack: bool) -> tuple[str | None, list[str]] | None:
+                  pack: bool) -> Callable[[], tuple[str | None, list[str]]] | None:
+        """Whether `workers` workers fit in one domain of the level, and if so how to name the tightest such domain
+        and its nodes (worked out only when asked)."""
         cluster, g, gpu_type = self.cluster, job.gpus_per_worker, job.gpu_type
         if level == CELL:
-            return None, cluster.members.get((gpu_type, CELL, ""), [])
+            return lambda: (None, cluster.members.get((gpu_type, CELL, ""), []))
         if level >= len(cluster.levels):
-            return self._best_node(job, workers * g, hidden, pack)
+            best_node = self._best_node(job, workers * g, hidden)
+            if best_node is None:
+                return None
+            free, name = best_node
+            if pack and cluster.levels:
+                return lambda: self._in_fullest_rack(gpu_type, free, hidden)
+            return lambda: (name, [name])
         best: tuple[int, str] | None = None
         for domain in cluster.domains.get((gpu_type, level), ()):
             slots = _slots(self._histogram((gpu_type, level, domain), hidden), g)
@@ -240,12 +274,13 @@ class CapacityView:
                 best = (slots, domain)
         if best is None:
             return None
-        return best[1], cluster.members[(gpu_type, level, best[1])]
+        tightest = best[1]
+        return lambda: (tightest, cluster.members[(gpu_type, level, tightest)])
 
-    def _best_node(self, job: Job, need: int, hidden: dict[str, Node],
-                   pack: bool) -> tuple[str, list[str]] | None:
-        """The node with the fewest free GPUs that still holds `need` GPUs of the gang; of those, with `pack`, the
-        one in the fullest rack (then block), which keeps free nodes together where larger gangs can use them."""
+    def _best_node(self, job: Job, need: int, hidden: dict[str, Node]) -> tuple[int, str] | None:
+        """The node with the fewest free GPUs that still holds `need` GPUs of the gang (its free count, its name); of
+        those, with packing, the one in the fullest rack (then block) is taken (`_in_fullest_rack`), which keeps
+        free nodes together where larger gangs can use them."""
         best: tuple[int, str] | None = None
         buckets = self.cluster.by_free.get(job.gpu_type, {})
         for free in sorted(f for f in buckets if f >= need):
@@ -260,11 +295,7 @@ class CapacityView:
             if node.gpu_type == job.gpu_type and name not in hidden and free >= need and (
                     best is None or (free, name) < best):
                 best = (free, name)
-        if best is None:
-            return None
-        if pack and self.cluster.levels:
-            return self._in_fullest_rack(job.gpu_type, best[0], hidden)
-        return best[1], [best[1]]
+        return best
 
     def _in_fullest_rack(self, gpu_type: str, tightest: int, hidden: dict[str, Node]) -> tuple[str, list[str]]:
         """Of the usable nodes with `tightest` free GPUs, the one in the fullest rack (then block, ...; then by name).
