@@ -8,6 +8,9 @@ that queued gangs are admitted as capacity frees. Prints decisions per second fo
 phase, and with --profile the functions where the time goes.
 
     python tests/benchmarks/bench_core.py [--nodes 1250] [--jobs 10000] [--policy gangway-3] [--profile]
+
+`--against DIR` (another checkout of Gangway, e.g. `git worktree add /tmp/before <commit>`) runs the same
+benchmark there and here `--runs` times, alternating, each a process of its own, and prints the medians side by side.
 """
 
 from __future__ import annotations
@@ -15,12 +18,16 @@ from __future__ import annotations
 import argparse
 import cProfile
 import pstats
+import re
+import statistics
+import subprocess
 import sys
 import time
 from itertools import cycle, islice
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
 
 from events import models as m  # noqa: E402
 from events.submission import job_submitted  # noqa: E402
@@ -75,7 +82,11 @@ def main() -> int:
     parser.add_argument("--completions", type=int, default=2_000, help="running jobs to complete in phase 2")
     parser.add_argument("--policy", default="gangway", help="a policy name or recorded version (default gangway)")
     parser.add_argument("--profile", action="store_true")
+    parser.add_argument("--against", type=Path, metavar="DIR", help="another checkout to time side by side")
+    parser.add_argument("--runs", type=int, default=3, help="runs in each checkout with --against (default 3)")
     args = parser.parse_args()
+    if args.against is not None:
+        return side_by_side(args.against, args.runs, sys.argv[1:])
 
     cell = build_cell(args.nodes, resolve(args.policy))
     cell.observers.append(start_workers)
@@ -118,6 +129,30 @@ def main() -> int:
           f"{completed / phase2:,.0f} completions/s (CPU {cpu2:.2f} s: {placed2 / cpu2:,.0f} per CPU-second)")
     if profiler:
         pstats.Stats(profiler).sort_stats("tottime").print_stats(18)
+    return 0
+
+
+#: The figures each phase prints: gangs admitted and placed per second (wall), and per CPU-second.
+FIGURES = re.compile(r"^phase (\d).*-> ([\d,]+) gangs admitted\+placed/s.*: ([\d,]+) per CPU-second\)$", re.M)
+
+
+def side_by_side(against: Path, runs: int, argv: list[str]) -> int:
+    """The benchmark in this checkout and in `against`, alternating so both meet the machine in the same state."""
+    own = [a for i, a in enumerate(argv) if a not in ("--against", "--runs", "--profile")
+           and (i == 0 or argv[i - 1] not in ("--against", "--runs"))]
+    trees = {"this": ROOT, "against": against.resolve()}
+    figures: dict[tuple[str, str], list[tuple[int, int]]] = {}
+    for _ in range(runs):
+        for name, tree in trees.items():
+            out = subprocess.run([sys.executable, "tests/benchmarks/bench_core.py", *own], cwd=tree, check=True,
+                                 capture_output=True, text=True).stdout
+            for phase, wall, cpu in FIGURES.findall(out):
+                figures.setdefault((phase, name), []).append((int(wall.replace(",", "")), int(cpu.replace(",", ""))))
+    for (phase, name), runs_of in sorted(figures.items()):
+        wall = statistics.median(w for w, _ in runs_of)
+        cpu = statistics.median(c for _, c in runs_of)
+        print(f"phase {phase} {name:8} {str(trees[name]):40} median of {len(runs_of)}: {wall:>7,.0f} placed/s, "
+              f"{cpu:>7,.0f} per CPU-second (runs: {', '.join(f'{w:,}' for w, _ in runs_of)})")
     return 0
 
 
