@@ -295,11 +295,21 @@ def admission_cycle(state: CellState, ctx: Context, only: Job | None = None, ref
 
     def no_more_room(job: Job) -> Callable[[Job], bool] | None:
         """Whether another gang of `job`'s group meets the same refusal: it may backfill onto exactly the same
-        reservations (fewer would refuse it too, but perhaps for another reason). None: every one does."""
-        if not shadows:
+        reservations (fewer would refuse it too, but perhaps for another reason). None: every one does (no
+        reservation to backfill onto, or every gang of its needs has its time limit)."""
+        if not shadows or len(state.queued_limits.get(job.needs(), ())) == 1:
             return None
         usable = backfillable(job)
-        return lambda other: backfillable(other) == usable
+        by_limit: dict[int | None, bool] = {}  # a gang that holds no reservation may use what its time limit allows
+
+        def same(other: Job) -> bool:
+            if other.job_id in reservations:
+                return backfillable(other) == usable
+            limit = other.time_limit_ms
+            if limit not in by_limit:
+                by_limit[limit] = backfillable(other) == usable
+            return by_limit[limit]
+        return same
 
     def backfillable(job: Job) -> set[str]:
         return {holder for holder in reservations

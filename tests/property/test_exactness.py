@@ -134,8 +134,8 @@ def test_admission_by_groups_of_equal_needs_equals_one_gang_at_a_time(data):
 
 class ToldGroupsAgreeWithEveryMember:
     """After every event: the admitter that refuses a group in one step where the state's counts show nothing to
-    tell (every member states the reason already, or runs at least as long) decides exactly what it does when it
-    goes through the group member by member, the restated reasons included."""
+    tell (every member states the reason already, runs at least as long, or has the same time limit) decides exactly
+    what it does when it goes through the group member by member, the restated reasons included."""
 
     def __call__(self, cell, event, offset) -> None:
         state = cell.state
@@ -152,9 +152,11 @@ class ToldGroupsAgreeWithEveryMember:
                     everyone = ends_no_sooner_member_by_member(state, job)
                     assert all(everyone(other) for other in rest), (job.time_limit_ms, [o.time_limit_ms for o in rest])
         ctx = lambda: Context("admitter", event, offset, cell.policy)  # noqa: E731
+        member_by_member = copy.deepcopy(state)
+        member_by_member.queued_limits = {}  # no group is known to share one time limit
         with patch.object(WaitingGangs, "_all_say", lambda self, g, reason: False), \
                 patch("services.admitter.decide._ends_no_sooner", ends_no_sooner_member_by_member):
-            expected = Admitter().decide(copy.deepcopy(state), event, ctx())
+            expected = Admitter().decide(member_by_member, event, ctx())
         got = Admitter().decide(copy.deepcopy(state), event, ctx())
         assert _all_of(got) == _all_of(expected), (type(event).__name__, offset)
 
