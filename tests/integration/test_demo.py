@@ -18,7 +18,10 @@ def test_the_demo_runs_end_to_end(kafka_bootstrap, tmp_path, capsys):
     summary = out.split("summary")[-1]
     placed = int(summary.split("placed ")[1].split(",")[0])
     assert placed > 50, summary
-    assert "node failures 1" in summary, summary
+    # The node the demo fails, and on a loaded machine now and then a node whose heartbeat came late (declared
+    # failed, it passes its health check and comes back): at least one, at most a few.
+    failures = int(summary.split("node failures ")[1].split(",")[0])
+    assert 1 <= failures <= 3, summary
     requeued = int(summary.split("requeued ")[1].split(",")[0])
     assert requeued >= 1, summary
     assert "dashboard http://127.0.0.1:" in out
