@@ -34,14 +34,14 @@ if TYPE_CHECKING:  # the placer's knobs, passed in by whichever decider places
 Assignments = tuple[tuple[int, str, tuple[int, ...]], ...]  # (worker, node, GPU indices)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Placement:
     """Room for `workers` workers of a gang. Which domain, nodes and GPU indices they get (`domain`, `assignments`)
     is worked out when first read, on the view as it is then: read them before the view changes, or call
     `chosen()`. Most placements only answer whether a gang fits, and never pay for the choice."""
 
     workers: int
-    choose: Callable[[], tuple[str | None, Assignments]] = field(compare=False, repr=False)
+    choose: Callable[[], tuple[str | None, Assignments]] = field(repr=False)
 
     @cached_property
     def _choice(self) -> tuple[str | None, Assignments]:
