@@ -148,6 +148,11 @@ class CellState:
             insort(self.running_by_team.setdefault(job.team, []), (since, job.job_id))
             self._running_since[job.job_id] = (job.team, since)
 
+    def queued_under(self, job_id: str) -> tuple | None:
+        """The needs a queued job is grouped under in `queued_by_needs` (None: it is not queued)."""
+        queued = self._queued_needs.get(job_id)
+        return None if queued is None else queued[0]
+
     def note_reason(self, job: Job) -> None:
         """Keeps `queued_reasons` in step after the job's stated reason changed."""
         queued = self._queued_needs.get(job.job_id)

@@ -89,9 +89,10 @@ class WaitingGangs:
         groups: list[Sequence[tuple[object, str]]] = [[(None, job_id)] for job_id in sorted(holders)
                                                       if job_id in state.queued]
         needs: list[tuple | None] = [None] * len(groups)
+        with_holders = {state.queued_under(job_id) for job_id in holders}
         for alike, members in state.queued_by_needs.items():  # (rank, job id), read in place: a cycle folds nothing
             whole = alike
-            if holders and any(job_id in holders for _, job_id in members):
+            if alike in with_holders:
                 members, whole = [member for member in members if member[1] not in holders], None
             if members and keep(state.jobs[members[0][1]]):
                 groups.append(members)
