@@ -86,6 +86,8 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=3, help="runs in each checkout with --against (default 3)")
     args = parser.parse_args()
     if args.against is not None:
+        if not (args.against / "tests" / "benchmarks" / "bench_core.py").is_file():
+            parser.error(f"--against {args.against}: not a checkout of Gangway (no tests/benchmarks/bench_core.py)")
         return side_by_side(args.against, args.runs, sys.argv[1:])
 
     cell = build_cell(args.nodes, resolve(args.policy))
