@@ -44,6 +44,9 @@ class CellState:
     #: QUEUED jobs grouped by their needs (Job.needs), each group sorted by rank: admission looks at
     #: the first of each group instead of the whole queue
     queued_by_needs: dict[tuple, list[tuple[tuple, str]]] = field(default_factory=dict)
+    #: team -> the needs of its groups in `queued_by_needs` (a team's needs start with the team): where its queue
+    #: head is found without going through every team's groups
+    needs_by_team: dict[str, set[tuple]] = field(default_factory=dict)
     #: needs -> stated reason (Job.reason) -> how many of the group state it: a cycle that refuses a group tells
     #: only the members whose reason differs, and sees that none does without going through the group
     queued_reasons: dict[tuple, dict[object, int]] = field(default_factory=dict)
@@ -133,9 +136,14 @@ class CellState:
             _count(self.queued_limits, queued[0], job.time_limit_ms, -1)
             if not group:
                 del self.queued_by_needs[queued[0]]
+                team_needs = self.needs_by_team[queued[0][0]]
+                team_needs.discard(queued[0])
+                if not team_needs:
+                    del self.needs_by_team[queued[0][0]]
         if state is JobState.QUEUED:
             needs, rank = job.needs(), job.rank_key()
             insort(self.queued_by_needs.setdefault(needs, []), (rank, job.job_id))
+            self.needs_by_team.setdefault(needs[0], set()).add(needs)
             self._queued_needs[job.job_id] = (needs, rank, job.reason)
             _count(self.queued_reasons, needs, job.reason, 1)
             _count(self.queued_limits, needs, job.time_limit_ms, 1)

@@ -234,11 +234,9 @@ def team_head(state: CellState, team: str, skip: Container[str] = frozenset(), l
     """The team's first waiting gang by priority, service band (with `las`: least attained service first) and
     submit order (backing off or not), other than `skip`."""
     best: tuple | None = None
-    for needs, members in state.queued_by_needs.items():
-        if needs[0] != team:
-            continue
+    for needs in state.needs_by_team.get(team, ()):  # the first by a key that names the job: any order will do
         band = needs[-1] if las else 0  # a group's gangs share their band (Job.needs)
-        for rank, job_id in members:
+        for rank, job_id in state.queued_by_needs[needs]:
             if job_id not in skip:
                 if best is None or (rank[0], band, rank, job_id) < best:
                     best = (rank[0], band, rank, job_id)

@@ -106,6 +106,10 @@ def check_quota_usage(state: CellState) -> None:
             group[value] = group.get(value, 0) + 1
     assert state.queued_reasons == reasons, "the count of queued gangs' stated reasons is stale"
     assert state.queued_limits == limits, "the count of queued gangs' time limits is stale"
+    by_team: dict[str, set[tuple]] = {}
+    for needs in state.queued_by_needs:
+        by_team.setdefault(needs[0], set()).add(needs)
+    assert state.needs_by_team == by_team, "the index of each team's queued groups is stale"
 
 
 def check_admission(state: CellState, admitted: m.JobAdmitted, offset: int) -> None:
