@@ -317,13 +317,24 @@ class ServiceShell:
         runtime.store.save(runtime.replica.state, extra=self._extra(runtime))
         runtime.saved_at, runtime.unsaved = time.monotonic(), False
 
+    def _committed(self, partition: int) -> int:
+        """The cell's input offset committed with the latest transaction that went through (-1 when none did, or
+        when the group cannot say now: then what the store and this process wrote is all that is known)."""
+        try:
+            return self.consumer.committed([TopicPartition(self.topics.events, partition)])[0].offset
+        except KafkaException as error:
+            log.warning("%s: the committed offset of partition %d is unknown (%s)", self.decider.name, partition, error)
+            return -1
+
     def _reopen(self, runtime: CellRuntime) -> None:
         """Back to what the store holds (the last committed batch), and the consumer back to just after it."""
         runtime.store.close()
         del self.runtimes[runtime.partition]
         fresh = self._open(runtime.partition)
-        # What was committed since the store was saved is in the log: read again, it is folded, not re-decided.
-        fresh.replay_until = max(runtime.replay_until, runtime.written_to)
+        # What was committed since the store was saved is in the log: read again, it is folded, not re-decided. So
+        # is the batch that failed here if its commit went through after all (a commit whose answer a failover lost
+        # comes back fenced or timed out): the group's offset, committed in the same transaction, tells.
+        fresh.replay_until = max(runtime.replay_until, runtime.written_to, self._committed(runtime.partition))
         self.consumer.seek_to(runtime.partition, fresh.replica.offset + 1)
         if self.decider.side_input:
             self.consumer.seek_to(runtime.partition, fresh.heartbeat_offset, self.topics.heartbeats)
