@@ -61,6 +61,7 @@ class Reason(StrEnum):
     RECLAIM_LENT_QUOTA = "RECLAIM_LENT_QUOTA"
     HIGHER_PRIORITY = "HIGHER_PRIORITY"
     TIME_SHARED = "TIME_SHARED"  # the victim has received more GPU-time than the gang (least attained service)
+    CONSOLIDATED = "CONSOLIDATED"  # the victim moves to free GPUs elsewhere so a gang that fits in number gets nodes
     CHECKPOINT_COMPLETED = "CHECKPOINT_COMPLETED"
     CHECKPOINT_DEADLINE_PASSED = "CHECKPOINT_DEADLINE_PASSED"
     # recovery and job endings

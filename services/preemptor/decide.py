@@ -28,9 +28,11 @@ from events.models import Reason
 from projections.cell import CellState
 from projections.jobs import Job, JobState
 from services.core.decider import Context
+from services.core.placement import Placement
 from services.core.queue import queue_order, service_varies
 from services.core.quiet import first_after, is_quiet, remember
-from services.preemptor.eviction import AfterEviction, plan, stale
+from services.preemptor.consolidation import free_in_number, movable, moves_for
+from services.preemptor.eviction import AfterEviction, greedy, plan, stale
 from services.preemptor.policy import PreemptionPolicy
 from services.preemptor.victims import (
     borrowing_teams,
@@ -149,7 +151,8 @@ def _may_preempt(state: CellState, ctx: Context) -> list[Job]:
         key = (job.team, job.gpu_type, job.min_gpus, job.priority, job.service_band)
         if key not in entitled:
             entitled[key] = may_have_victims(state, job, ctx.policy.preemption, usage, ctx.now)
-        if entitled[key] and job.job_id not in beneficiaries and not job.has_hold:
+        may = entitled[key] or (ctx.policy.preemption.consolidate and free_in_number(state, job))
+        if may and job.job_id not in beneficiaries and not job.has_hold:
             out.append(job)
     return out
 
@@ -163,13 +166,15 @@ def preempt_for(state: CellState, job: Job, ctx: Context, memo: dict | None = No
     `memo` is shared by the calls of one decision (see `candidates`)."""
     policy = ctx.policy.preemption
     if (not _waited_enough(job, ctx.now, policy.wait_before_preempting_ms) or job.has_hold
-            or any(state.jobs[v].preempted_for == job.job_id for v in state.preempting)
-            or not may_have_victims(state, job, policy, state.tenancy.committed(), ctx.now)):
+            or any(state.jobs[v].preempted_for == job.job_id for v in state.preempting)):
         return []
+    if not may_have_victims(state, job, policy, state.tenancy.committed(), ctx.now):
+        return _consolidate(state, job, ctx) if policy.consolidate else []
     after = AfterEviction(state, job, ctx)
     ranked = candidates(state, job, policy, ctx.now, after.usage, memo)
     if not ranked or after.admissible():
-        return []  # nobody to evict, or the admitter will admit it without anyone's help
+        # nobody to evict, or the admitter will admit it without anyone's help
+        return _consolidate(state, job, ctx) if policy.consolidate and not ranked else []
     usage = _staying(state, after.usage)
     costs = {victim.job_id: (key[1], key[2]) for key, victim in ranked}  # (category rank, lost work)
 
@@ -180,14 +185,14 @@ def preempt_for(state: CellState, job: Job, ctx: Context, memo: dict | None = No
     # The law (no other team below its nominal) makes the cheapest set order-dependent: the greedy pass runs in
     # the candidates' order and biggest first (few big borrowers can fit where many small ones cannot).
     first = eligible(state, job, ranked, usage, policy.keep_nominal)
-    sets = [chosen] if (chosen := _greedy(after, first)) else []
+    sets = [chosen] if (chosen := greedy(after, first)) else []
     if len(first) < len(ranked):  # the law passed over some: biggest first may find a set where that order did not
         # (rank, -GPUs, lost work, start, id): the key (rank, -GPUs, rank, lost, start, -GPUs, id) less repeats
         by_size = sorted(ranked, key=lambda c: (c[0][1], c[0][4], c[0][2], c[0][3], c[0][5]))
-        if (chosen := _greedy(after, eligible(state, job, by_size, usage, policy.keep_nominal))) is not None:
+        if (chosen := greedy(after, eligible(state, job, by_size, usage, policy.keep_nominal))) is not None:
             sets.append(chosen)
-    if not sets:
-        return []  # not even all the victims the law allows would make room
+    if not sets:  # not even all the victims the law allows would make room
+        return _consolidate(state, job, ctx) if policy.consolidate else []
     sets += _single_victims(state, job, ranked, after, usage, policy.keep_nominal)
     chosen = min(sets, key=cost)
     placement = plan(state, job, chosen, ctx)
@@ -199,14 +204,25 @@ def preempt_for(state: CellState, job: Job, ctx: Context, memo: dict | None = No
         local = [s for s in _one_rack(state, job, ranked, usage, policy.keep_nominal, ctx) if cost(s)[0] <= rank]
         if local and (packed := plan(state, job, cheapest := min(local, key=cost), ctx)) is not None:
             chosen, placement = cheapest, packed
+    return [_held(job, chosen, placement, ctx)]
+
+
+def _consolidate(state: CellState, job: Job, ctx: Context) -> list[m.Decision]:
+    """A hold for the gang on whole nodes that smaller jobs leave by moving elsewhere, or nothing."""
+    moves = moves_for(state, job, ctx)
+    return [] if moves is None else [_held(job, *moves, ctx)]
+
+
+def _held(job: Job, chosen: list[Job], placement: Placement, ctx: Context) -> m.CapacityHeld:
+    policy = ctx.policy.preemption
     victims = sorted(v.job_id for v in chosen)
     deadline = ctx.now + (policy.checkpoint_grace_ms if policy.checkpoint_aware else 0)
     gpus = len(placement.assignments) * job.gpus_per_worker
-    return [m.CapacityHeld(
+    return m.CapacityHeld(
         envelope=ctx.envelope(Reason.HELD_FOR_PREEMPTION, job.job_id), job_id=job.job_id, team=job.team,
         gpu_type=job.gpu_type, gpus=gpus, victims=victims, until=deadline,
         assignments=[m.WorkerAssignment(worker=w, node=n, gpus=list(g)) for w, n, g in placement.assignments],
-        detail=f"{gpus} {job.gpu_type} GPUs held until {len(victims)} victim(s) make room: {', '.join(victims)}")]
+        detail=f"{gpus} {job.gpu_type} GPUs held until {len(victims)} victim(s) make room: {', '.join(victims)}")
 
 
 def ask_victims(state: CellState, held: m.CapacityHeld, ctx: Context) -> list[m.Decision]:
@@ -227,7 +243,9 @@ def ask_victims(state: CellState, held: m.CapacityHeld, ctx: Context) -> list[m.
     # A victim that ended, or was interrupted, meanwhile has freed its GPUs into the hold already.
     victims = [state.jobs[v] for v in job.hold_victims
                if v in state.jobs and state.jobs[v].state in (JobState.RUNNING, JobState.PLACED)]
-    reasons = {v.job_id: category(job, v, team_rules, within, borrowing, ctx.policy.preemption.time_share, ctx.now)
+    policy = ctx.policy.preemption
+    reasons = {v.job_id: category(job, v, team_rules, within, borrowing, policy.time_share, ctx.now)
+               or (Reason.CONSOLIDATED if policy.consolidate and movable(job, v, policy, ctx.now) else None)
                for v in victims}
     if None in reasons.values():
         unentitled = next(v for v, reason in reasons.items() if reason is None)
@@ -253,31 +271,6 @@ def _staying(state: CellState, usage: dict[tuple[str, str], int]) -> dict[tuple[
         leaving = state.jobs[job_id]
         usage[(leaving.team, leaving.gpu_type)] -= leaving.held_gpus
     return usage
-
-
-def _greedy(after: AfterEviction, order: list[Job]) -> list[Job] | None:
-    """The shortest prefix of `order` that makes the job admissible, less the victims the others make unnecessary;
-    None when all of them do not suffice (`after` is left with none evicted)."""
-    # Evicting more never makes the job less admissible (quota use only falls, free slots only grow,
-    # shadow times only come earlier): when all of them do not suffice, no prefix will.
-    if not after.admissible_without(order):
-        return None
-    chosen: list[Job] = []
-    for victim in order:  # the shortest prefix that suffices
-        chosen.append(victim)
-        after.evict(victim)
-        if after.admissible():
-            break
-    for victim in list(reversed(chosen)):  # drop victims the others make unnecessary
-        if len(chosen) > 1:
-            after.keep(victim)
-            if after.admissible():
-                chosen = [v for v in chosen if v is not victim]  # by identity: Job equality compares every field
-            else:
-                after.evict(victim)
-    for victim in chosen:
-        after.keep(victim)
-    return chosen
 
 
 def withdraw(state: CellState, job_id: str, ctx: Context) -> list[m.Decision]:
@@ -317,7 +310,7 @@ def _one_rack(state: CellState, job: Job, ranked: list[tuple[tuple, Job]], usage
     out = []
     for rack in sorted(there):
         if room[rack] >= job.min_gpus:
-            chosen = _greedy(AfterEviction(state, racked, ctx), eligible(state, racked, there[rack], usage, law))
+            chosen = greedy(AfterEviction(state, racked, ctx), eligible(state, racked, there[rack], usage, law))
             if chosen is not None:
                 out.append(chosen)
     return out

@@ -154,6 +154,31 @@ class AfterEviction:
         return slots >= job.min_count
 
 
+def greedy(after: AfterEviction, order: list[Job]) -> list[Job] | None:
+    """The shortest prefix of `order` that makes the job admissible, less the victims the others make unnecessary;
+    None when all of them do not suffice (`after` is left with none evicted)."""
+    # Evicting more never makes the job less admissible (quota use only falls, free slots only grow,
+    # shadow times only come earlier): when all of them do not suffice, no prefix will.
+    if not after.admissible_without(order):
+        return None
+    chosen: list[Job] = []
+    for victim in order:  # the shortest prefix that suffices
+        chosen.append(victim)
+        after.evict(victim)
+        if after.admissible():
+            break
+    for victim in list(reversed(chosen)):  # drop victims the others make unnecessary
+        if len(chosen) > 1:
+            after.keep(victim)
+            if after.admissible():
+                chosen = [v for v in chosen if v is not victim]  # by identity: Job equality compares every field
+            else:
+                after.evict(victim)
+    for victim in chosen:
+        after.keep(victim)
+    return chosen
+
+
 def plan(state: CellState, job: Job, victims: list[Job], ctx: Context) -> Placement | None:
     """Where the admitter would place the gang were `victims` gone: the GPUs its hold claims."""
     usage = dict(state.tenancy.committed(job))

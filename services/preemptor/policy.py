@@ -35,6 +35,9 @@ class PreemptionPolicy:
     keep_nominal: bool = True  # the law: no victim of another team takes its team below its nominal quota
     #: when the cheapest victims leave room only across racks, take victims no more protected that make room in one
     prefer_one_rack: bool = False
+    #: a gang its quota admits whose GPUs are free in number but scattered moves smaller jobs that fit elsewhere
+    #: (services/preemptor/consolidation.py)
+    consolidate: bool = False
 
     def __post_init__(self) -> None:
         if self.time_share not in TIME_SHARE_VALUES:

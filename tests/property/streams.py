@@ -84,6 +84,7 @@ VARIANTS: list[dict] = [
     {"placement": {"topology_aware": False}, "recovery": {"use_hot_spares": False}},
     {"preemption": {"enabled": False}, "admission": {"admissions_per_team_per_cycle": 1}},
     {"preemption": {"checkpoint_grace": "0s", "min_runtime": "0s"}, "admission": {"protect_queue_heads": False}},
+    {"preemption": {"consolidate": True, "min_runtime": "0s"}},
 ]
 
 

@@ -1,0 +1,85 @@
+"""Consolidation (KAI's consolidate action): a waiting gang whose quota admits it and whose GPUs are free in number,
+but scattered over nodes, gets whole nodes by moving smaller running jobs into the gaps elsewhere.
+
+A move is a preemption like any other (the gang's hold first, then a checkpoint request), with two bounds that keep
+it cheap and finite: a victim is smaller than the gang and past its minimum runtime, and every victim fits the free
+GPUs left once the gang has its placement, so each can be admitted again at once rather than losing its turn.
+"""
+
+from __future__ import annotations
+
+from projections.cell import CellState
+from projections.cluster import CELL
+from projections.jobs import Job, JobState
+from services.core.decider import Context
+from services.core.placement import CapacityView, Placement, off_limits, place_gang
+from services.core.quota import quota_fit
+from services.preemptor.eviction import AfterEviction, greedy, plan
+from services.preemptor.policy import PreemptionPolicy
+from services.preemptor.victims import lost_work_gpu_ms
+
+
+def free_in_number(state: CellState, job: Job) -> bool:
+    """Whether the free GPUs of the gang's type add up to its smallest size (wherever they are)."""
+    histogram = state.cluster.histogram.get((job.gpu_type, CELL, ""), ())
+    return sum(free * count for free, count in enumerate(histogram)) >= job.min_gpus
+
+
+def movable(job: Job, victim: Job, policy: PreemptionPolicy, now: int) -> bool:
+    """Whether `victim` may move to make room for `job`: a running, preemptible job of its GPU type, smaller than
+    the gang, past its minimum runtime, never moved for this gang before."""
+    return (victim.job_id != job.job_id and victim.gpu_type == job.gpu_type and victim.preemptible
+            and victim.state in (JobState.RUNNING, JobState.PLACED) and victim.held_gpus < job.min_gpus
+            and victim.running_since is not None and now - victim.running_since >= policy.min_runtime_ms
+            and job.job_id not in victim.yielded_to)
+
+
+def moves_for(state: CellState, job: Job, ctx: Context) -> tuple[list[Job], Placement] | None:
+    """The running jobs to move so that `job` is placed, and its placement; None when its quota does not admit it
+    now, its GPUs are not free in number, or no set of smaller jobs that all fit elsewhere makes room."""
+    policy, now = ctx.policy, ctx.now
+    if not free_in_number(state, job):
+        return None
+    if not quota_fit(state.tenancy, job, policy.admission.borrowing, state.tenancy.committed(job))[1].fits:
+        return None  # not placement alone: moving others would not admit it
+    started_by = now - policy.preemption.min_runtime_ms
+    nodes = state.cluster.nodes
+    order = []
+    for team in sorted(state.running_by_team):
+        for victim_id in state.running_before(team, started_by):
+            victim = state.jobs[victim_id]
+            if movable(job, victim, policy.preemption, now):
+                # the smallest first, from the emptiest nodes (one such move may free a whole node), least work lost
+                free = max((nodes[n].free for _, n, _ in victim.assignments if n in nodes), default=0)
+                order.append(((victim.held_gpus, -free, lost_work_gpu_ms(victim, now), victim.job_id), victim))
+    order.sort(key=lambda c: c[0])
+    after = AfterEviction(state, job, ctx)
+    if after.admissible():
+        return None  # the admitter places it as the cell stands
+    chosen = greedy(after, [victim for _, victim in order])
+    if not chosen:
+        return None
+    placement = plan(state, job, chosen, ctx)
+    if placement is None:
+        return None
+    planned = {(name, g) for _, name, gpus in placement.assignments for g in gpus}
+    chosen = [v for v in chosen if any((name, g) in planned for _, name, gpus in v.assignments for g in gpus)]
+    if not chosen or not _all_fit_elsewhere(state, placement, chosen, ctx):
+        return None
+    return chosen, placement
+
+
+def _all_fit_elsewhere(state: CellState, placement: Placement, victims: list[Job], ctx: Context) -> bool:
+    """Whether the victims, biggest first, each find a placement in what is free once the gang holds `placement`."""
+    view = CapacityView(state.cluster)
+    for victim in victims:
+        view.release(victim)
+    view.hold(placement)
+    gone = frozenset(v.job_id for v in victims)
+    for victim in sorted(victims, key=lambda v: (-v.held_gpus, v.job_id)):
+        again = place_gang(view, victim, victim.admitted_workers, ctx.policy.placement,
+                           off_limits(state, victim, ctx.now, gone))
+        if not isinstance(again, Placement):
+            return False
+        view.hold(again)
+    return True
