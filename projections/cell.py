@@ -36,6 +36,7 @@ class CellState:
     admitted: set[str] = field(default_factory=set)  # job ids admitted but not yet placed
     holding: set[str] = field(default_factory=set)  # job ids holding GPUs or quota
     preempting: set[str] = field(default_factory=set)  # job ids asked to checkpoint and make room
+    moving: set[str] = field(default_factory=set)  # queued job ids preempted to move (consolidation)
     holding_by_team: dict[str, set[str]] = field(default_factory=dict)
     #: RUNNING jobs per team as sorted (running since, job id): the only possible victims, oldest first,
     #: so a search can stop at the ones still protected by their minimum runtime
@@ -118,6 +119,7 @@ class CellState:
         for index, member in ((self.queued, state is JobState.QUEUED),
                               (self.admitted, state is JobState.ADMITTED),
                               (self.preempting, state is JobState.PREEMPTING),
+                              (self.moving, state is JobState.QUEUED and job.moving),
                               (self.holding, job.holds_capacity)):
             if member:
                 index.add(job.job_id)

@@ -385,6 +385,7 @@ def _job_admitted(state: CellState, e: m.JobAdmitted, offset: int) -> None:
     job.admitted_at = _at(state, e)
     state.starts += 1
     job.borrowed = e.borrowed
+    job.moving = False
     state.set_state(job, JobState.ADMITTED)
     if _assignable(state, job, e.assignments):
         _hold(state, job, e.assignments, e.domain)  # the planned topology assignment
@@ -524,6 +525,7 @@ def _preemption_requested(state: CellState, e: m.PreemptionRequested, offset: in
     _note(victim, e, offset)
     victim.preempted_for = e.for_job_id
     victim.preemption_deadline = e.checkpoint_deadline
+    victim.moving = e.envelope.reason is m.Reason.CONSOLIDATED
     state.set_state(victim, JobState.PREEMPTING)
 
 
@@ -535,6 +537,7 @@ def _preemption_withdrawn(state: CellState, e: m.PreemptionWithdrawn, offset: in
     _note(victim, e, offset)
     victim.preempted_for = None
     victim.preemption_deadline = None
+    victim.moving = False
     state.set_state(victim, JobState.RUNNING)
 
 

@@ -93,6 +93,8 @@ class Job:
     hold_victims: tuple[str, ...] = ()
     hold_until: int | None = None
     yielded_to: tuple[str, ...] = ()  # gangs it was preempted for, so none preempts it twice
+    #: asked to make room by moving (consolidation): once preempted it is admitted again before other work
+    moving: bool = False
     attained_gpu_ms: int = 0  # GPU-time its finished running periods received (least-attained-service order)
     ended_at: int | None = None
     history: list[tuple[int, int, str, str]] = field(default_factory=list)  # (offset, at, event type, reason)

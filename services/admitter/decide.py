@@ -408,7 +408,8 @@ def admission_cycle(state: CellState, ctx: Context, only: Job | None = None, ref
                     outcome = outcome.chosen()  # on its held GPUs alone
         if isinstance(outcome, Placement):
             gpus = outcome.workers * job.gpus_per_worker
-            blocker = guard.blocker(job, gpus) if guard is not None and not holds else None
+            # a gang moving to make room was running: it takes its turn back, whatever waits behind it
+            blocker = guard.blocker(job, gpus) if guard is not None and not holds and not job.moving else None
             if blocker is not None:
                 if holds:
                     usage[own] += job.held_quota

@@ -45,8 +45,9 @@ def least_attained_service(state: CellState, admission: AdmissionPolicy) -> bool
 
 
 def order_key(state: CellState, admission: AdmissionPolicy) -> Callable[[Job], tuple]:
-    """Within-nominal work first (unless not `nominal_first`), then priority, weighted dominant share (with
-    `fair_share`), least attained service (while `least_attained_service` applies: its band), submit order."""
+    """A gang moving to make room (consolidation) first, then within-nominal work (unless not `nominal_first`),
+    priority, weighted dominant share (with `fair_share`), least attained service (while
+    `least_attained_service` applies: its band), submit order."""
     fair_share, nominal_first = admission.fair_share, admission.nominal_first
     las = least_attained_service(state, admission)
     tenancy = state.tenancy
@@ -59,7 +60,7 @@ def order_key(state: CellState, admission: AdmissionPolicy) -> Callable[[Job], t
             room[team] = tenancy.quota(*team).nominal - tenancy.used(*team)
         if fair_share and job.team not in shares:
             shares[job.team] = tenancy.dominant_share_milli(job.team)
-        return (nominal_first and job.min_gpus > room[team], -job.priority, shares.get(job.team, 0),
+        return (not job.moving, nominal_first and job.min_gpus > room[team], -job.priority, shares.get(job.team, 0),
                 job.service_band if las else 0, job.submitted_at, job.submit_offset, job.job_id)
 
     return key
@@ -83,9 +84,11 @@ class WaitingGangs:
     @classmethod
     def of(cls, state: CellState, now: int, key: Callable[[Job], tuple],
            keep: Callable[[Job], bool] = lambda job: True) -> WaitingGangs:
-        """Every waiting gang: groups of equal needs, and each gang that holds a reservation or capacity on its
-        own (it sees nodes the others don't). `keep` drops whole groups by their first member."""
-        holders = state.reservations.keys() | state.holds if state.holds else state.reservations
+        """Every waiting gang: groups of equal needs, and on its own each gang that holds a reservation or capacity
+        (it sees nodes the others don't) or is moving (it goes first). `keep` drops whole groups by their first
+        member."""
+        holders = (state.reservations.keys() | state.holds | state.moving if state.holds or state.moving
+                   else state.reservations)
         groups: list[Sequence[tuple[object, str]]] = [[(None, job_id)] for job_id in sorted(holders)
                                                       if job_id in state.queued]
         needs: list[tuple | None] = [None] * len(groups)

@@ -8,15 +8,22 @@ GPUs left once the gang has its placement, so each can be admitted again at once
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from projections.cell import CellState
 from projections.cluster import CELL
 from projections.jobs import Job, JobState
 from services.core.decider import Context
+from services.core.heads import head_start, may_drain, team_head
 from services.core.placement import CapacityView, Placement, off_limits, place_gang
+from services.core.queue import least_attained_service
 from services.core.quota import quota_fit
 from services.preemptor.eviction import AfterEviction, greedy, plan
 from services.preemptor.policy import PreemptionPolicy
-from services.preemptor.victims import lost_work_gpu_ms
+from services.preemptor.victims import eligible, lost_work_gpu_ms, staying
+
+if TYPE_CHECKING:
+    from services.policy import Policy
 
 
 def free_in_number(state: CellState, job: Job) -> bool:
@@ -38,7 +45,7 @@ def moves_for(state: CellState, job: Job, ctx: Context) -> tuple[list[Job], Plac
     """The running jobs to move so that `job` is placed, and its placement; None when its quota does not admit it
     now, its GPUs are not free in number, or no set of smaller jobs that all fit elsewhere makes room."""
     policy, now = ctx.policy, ctx.now
-    if not free_in_number(state, job):
+    if not free_in_number(state, job) or _delays_its_head(state, job, policy, now):
         return None
     if not quota_fit(state.tenancy, job, policy.admission.borrowing, state.tenancy.committed(job))[1].fits:
         return None  # not placement alone: moving others would not admit it
@@ -56,7 +63,8 @@ def moves_for(state: CellState, job: Job, ctx: Context) -> tuple[list[Job], Plac
     after = AfterEviction(state, job, ctx)
     if after.admissible():
         return None  # the admitter places it as the cell stands
-    chosen = greedy(after, [victim for _, victim in order])
+    # a move is a preemption: no other team moves below its nominal quota, as for any other
+    chosen = greedy(after, eligible(state, job, order, staying(state, after.usage), policy.preemption.keep_nominal))
     if not chosen:
         return None
     placement = plan(state, job, chosen, ctx)
@@ -67,6 +75,16 @@ def moves_for(state: CellState, job: Job, ctx: Context) -> tuple[list[Job], Plac
     if not chosen or not _all_fit_elsewhere(state, placement, chosen, ctx):
         return None
     return chosen, placement
+
+
+def _delays_its_head(state: CellState, job: Job, policy: Policy, now: int) -> bool:
+    """Whether admitting the gang now would push back the expected start of its team's head, which the admitter
+    protects from any other gang (services/core/heads.py, `Guard.blocker`): a move must not let it pass."""
+    head = team_head(state, job.team, las=least_attained_service(state, policy.admission))
+    if (head is None or head.job_id == job.job_id or head.gpu_type != job.gpu_type or head.job_id in state.holds
+            or not may_drain(state, head, policy.admission.max_drain_share)):
+        return False
+    return head_start(state, head, now, policy).delayed_by(job, job.min_gpus, now)
 
 
 def _all_fit_elsewhere(state: CellState, placement: Placement, victims: list[Job], ctx: Context) -> bool:

@@ -42,6 +42,7 @@ from services.preemptor.victims import (
     keeps_nominal,
     may_have_victims,
     rules,
+    staying,
     within_nominal,
 )
 
@@ -175,7 +176,7 @@ def preempt_for(state: CellState, job: Job, ctx: Context, memo: dict | None = No
     if not ranked or after.admissible():
         # nobody to evict, or the admitter will admit it without anyone's help
         return _consolidate(state, job, ctx) if policy.consolidate and not ranked else []
-    usage = _staying(state, after.usage)
+    usage = staying(state, after.usage)
     costs = {victim.job_id: (key[1], key[2]) for key, victim in ranked}  # (category rank, lost work)
 
     def cost(victims: list[Job]) -> tuple:
@@ -261,16 +262,6 @@ def ask_victims(state: CellState, held: m.CapacityHeld, ctx: Context) -> list[m.
             decisions.append(m.JobPreempted(envelope=ctx.envelope(Reason.CHECKPOINT_DEADLINE_PASSED, victim_id),
                                             job_id=victim_id, for_job_id=job.job_id, checkpoint_id=checkpoint))
     return decisions
-
-
-def _staying(state: CellState, usage: dict[tuple[str, str], int]) -> dict[tuple[str, str], int]:
-    """Quota usage less the jobs already being preempted (for any gang): they are leaving, so the law (no other
-    team below its nominal) counts only what stays."""
-    usage = dict(usage)
-    for job_id in sorted(state.preempting):
-        leaving = state.jobs[job_id]
-        usage[(leaving.team, leaving.gpu_type)] -= leaving.held_gpus
-    return usage
 
 
 def withdraw(state: CellState, job_id: str, ctx: Context) -> list[m.Decision]:

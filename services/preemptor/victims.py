@@ -244,3 +244,13 @@ def eligible(state: CellState, job: Job, ranked: list[tuple[tuple, Job]], usage:
         out.append(victim)
         usage[key] = usage.get(key, 0) - gpus
     return out
+
+
+def staying(state: CellState, usage: dict[tuple[str, str], int]) -> dict[tuple[str, str], int]:
+    """Quota usage less the jobs already being preempted (for any gang): they are leaving, so the law (no other
+    team below its nominal) counts only what stays."""
+    usage = dict(usage)
+    for job_id in sorted(state.preempting):
+        leaving = state.jobs[job_id]
+        usage[(leaving.team, leaving.gpu_type)] -= leaving.held_gpus
+    return usage

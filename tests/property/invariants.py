@@ -97,6 +97,7 @@ def check_quota_usage(state: CellState) -> None:
     assert actual == expected, f"usage {actual} != holding jobs {expected}"
     assert state.holding == {j for j, job in state.jobs.items() if job.state in HOLDING}
     assert state.queued == {j for j, job in state.jobs.items() if job.state is JobState.QUEUED}
+    assert state.moving == {j for j in state.queued if state.jobs[j].moving}, "the index of moving gangs is stale"
     reasons: dict[tuple, dict[object, int]] = {}
     limits: dict[tuple, dict[int | None, int]] = {}
     for job_id in state.queued:
@@ -156,6 +157,10 @@ def check_preemption(state: CellState, request: m.PreemptionRequested, policy) -
         assert victim.priority <= beneficiary.priority
         band = service_band(victim.attained(request.envelope.at))
         assert band > beneficiary.service_band, f"{victim.job_id} time-shared for {beneficiary.job_id} without more GPU-time"
+        return
+    if request.envelope.reason is m.Reason.CONSOLIDATED:  # a smaller job moves; the gang's quota admits it as it is
+        assert policy.consolidate and victim.held_gpus < beneficiary.min_gpus, f"{victim.job_id} moved for a gang no bigger"
+        assert request.envelope.at - victim.running_since >= policy.min_runtime_ms, f"{victim.job_id} moved too early"
         return
     team = tenancy.teams[beneficiary.team].preemption
     within_team = team.within_team or policy.within_team
