@@ -71,7 +71,7 @@ class Preemptor:
         if isinstance(event, (m.CapacityHeld, m.JobQueued)):
             ctx = _time_sharing_gated(state, ctx)
         if isinstance(event, m.CapacityHeld):
-            if event.envelope.reason is Reason.HELD_FOR_PREEMPTION:
+            if event.envelope.reason in (Reason.HELD_FOR_PREEMPTION, Reason.CONSOLIDATED):
                 decisions.extend(ask_victims(state, event, ctx))
             return decisions
         if not ctx.policy.preemption.enabled:
@@ -205,22 +205,23 @@ def preempt_for(state: CellState, job: Job, ctx: Context, memo: dict | None = No
         local = [s for s in _one_rack(state, job, ranked, usage, policy.keep_nominal, ctx) if cost(s)[0] <= rank]
         if local and (packed := plan(state, job, cheapest := min(local, key=cost), ctx)) is not None:
             chosen, placement = cheapest, packed
-    return [_held(job, chosen, placement, ctx)]
+    return [_held(job, chosen, placement, ctx, Reason.HELD_FOR_PREEMPTION)]
 
 
 def _consolidate(state: CellState, job: Job, ctx: Context) -> list[m.Decision]:
     """A hold for the gang on whole nodes that smaller jobs leave by moving elsewhere, or nothing."""
     moves = moves_for(state, job, ctx)
-    return [] if moves is None else [_held(job, *moves, ctx)]
+    return [] if moves is None else [_held(job, *moves, ctx, Reason.CONSOLIDATED)]
 
 
-def _held(job: Job, chosen: list[Job], placement: Placement, ctx: Context) -> m.CapacityHeld:
+def _held(job: Job, chosen: list[Job], placement: Placement, ctx: Context, reason: Reason) -> m.CapacityHeld:
+    """The gang's hold: HELD_FOR_PREEMPTION for victims its team's rules allow, CONSOLIDATED for jobs that move."""
     policy = ctx.policy.preemption
     victims = sorted(v.job_id for v in chosen)
     deadline = ctx.now + (policy.checkpoint_grace_ms if policy.checkpoint_aware else 0)
     gpus = len(placement.assignments) * job.gpus_per_worker
     return m.CapacityHeld(
-        envelope=ctx.envelope(Reason.HELD_FOR_PREEMPTION, job.job_id), job_id=job.job_id, team=job.team,
+        envelope=ctx.envelope(reason, job.job_id), job_id=job.job_id, team=job.team,
         gpu_type=job.gpu_type, gpus=gpus, victims=victims, until=deadline,
         assignments=[m.WorkerAssignment(worker=w, node=n, gpus=list(g)) for w, n, g in placement.assignments],
         detail=f"{gpus} {job.gpu_type} GPUs held until {len(victims)} victim(s) make room: {', '.join(victims)}")
@@ -245,9 +246,12 @@ def ask_victims(state: CellState, held: m.CapacityHeld, ctx: Context) -> list[m.
     victims = [state.jobs[v] for v in job.hold_victims
                if v in state.jobs and state.jobs[v].state in (JobState.RUNNING, JobState.PLACED)]
     policy = ctx.policy.preemption
-    reasons = {v.job_id: category(job, v, team_rules, within, borrowing, policy.time_share, ctx.now)
-               or (Reason.CONSOLIDATED if policy.consolidate and movable(job, v, policy, ctx.now) else None)
-               for v in victims}
+    if held.envelope.reason is Reason.CONSOLIDATED:  # jobs that move: each still may
+        reasons = {v.job_id: Reason.CONSOLIDATED if policy.consolidate and movable(job, v, policy, ctx.now) else None
+                   for v in victims}
+    else:
+        reasons = {v.job_id: category(job, v, team_rules, within, borrowing, policy.time_share, ctx.now)
+                   for v in victims}
     if None in reasons.values():
         unentitled = next(v for v, reason in reasons.items() if reason is None)
         return [m.CapacityReleased(envelope=ctx.envelope(Reason.HOLD_STALE, job.job_id), job_id=job.job_id,

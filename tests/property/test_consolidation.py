@@ -42,22 +42,26 @@ def fragmented(c: Chooser):
 
 
 def moves_and_overtakes(log: list[m.Event]) -> tuple[int, list[str]]:
-    """(moves, gangs admitted while a moved job that was submitted before them waited)."""
-    moved, waiting, submitted, overtakes = 0, set(), {}, []
-    for e in log:
+    """(moves, gangs admitted, on a state where a moved job submitted before them already waited, ahead of it)."""
+    moves, submitted, overtakes = 0, {}, []
+    waiting: dict[str, int] = {}  # moved job -> the offset from which it waits
+    moving: set[str] = set()
+    for offset, e in enumerate(log):
         if isinstance(e, m.JobSubmitted):
             submitted[e.job_id] = e.envelope.at
-        elif isinstance(e, m.PreemptionRequested) and e.envelope.reason is m.Reason.CONSOLIDATED:
-            moved += 1
-        elif isinstance(e, m.JobPreempted) and any(
-                isinstance(r, m.PreemptionRequested) and r.job_id == e.job_id
-                and r.envelope.reason is m.Reason.CONSOLIDATED for r in log if r.envelope.at <= e.envelope.at):
-            waiting.add(e.job_id)
+        elif isinstance(e, m.PreemptionRequested):
+            moves += e.envelope.reason is m.Reason.CONSOLIDATED
+            (moving.add if e.envelope.reason is m.Reason.CONSOLIDATED else moving.discard)(e.job_id)
+        elif isinstance(e, m.JobPreempted) and e.job_id in moving:
+            waiting[e.job_id] = offset
         elif isinstance(e, m.JobAdmitted):
-            waiting.discard(e.job_id)
-            overtakes += [f"{e.job_id} before moved {w}" for w in sorted(waiting)
-                          if submitted[w] <= submitted[e.job_id] and e.job_id not in _beneficiaries(log, w)]
-    return moved, overtakes
+            moving.discard(e.job_id)
+            if waiting.pop(e.job_id, None) is not None:
+                continue  # moving gangs go first, in an order of their own
+            overtakes += [f"{e.job_id} before moved {w}" for w, since in sorted(waiting.items())
+                          if since <= e.envelope.basis_offset and submitted[w] <= submitted[e.job_id]
+                          and e.job_id not in _beneficiaries(log, w)]
+    return moves, overtakes
 
 
 def _beneficiaries(log: list[m.Event], victim: str) -> set[str]:
