@@ -6,7 +6,7 @@ simulator (or a what-if replay) runs the very same deciders under another policy
 
 | name | what it models | knobs that differ from `gangway` |
 | --- | --- | --- |
-| `gangway` | quota lending and borrowing in a cohort, fair share, within-nominal work first, no team's waiting head delayed by its team's later work, backfill around up to 4 aged reservations (a gang drains capacity for itself only while it needs at most half its GPU type), topology-aware best-fit placement that packs racks (of equally tight nodes, the fullest rack's), checkpoint-aware reclaim preemption that holds what it frees for its gang and makes room in one rack when victims no more protected allow it, a run past its time limit ends (Slurm's TimeLimit), workers not all started 5 min after admission are requeued (Kueue's waitForPodsReady) | none |
+| `gangway` | quota lending and borrowing in a cohort, fair share, within-nominal work first, no team's waiting head delayed by its team's later work, backfill around up to 4 aged reservations (a gang drains capacity for itself only while it needs at most half its GPU type), topology-aware best-fit placement that packs racks (of equally tight nodes, the fullest rack's), checkpoint-aware reclaim preemption that holds what it frees for its gang and makes room in one rack when victims no more protected allow it, consolidation (a gang its quota admits whose free GPUs are scattered gets whole nodes by moving smaller jobs that fit elsewhere), a run past its time limit ends (Slurm's TimeLimit), workers not all started 5 min after admission are requeued (Kueue's waitForPodsReady) | none |
 | `fifo` | one strict FIFO queue of gangs: the head blocks everything behind it | no fair share, no within-nominal ordering, no backfill, no preemption |
 | `static` | a static partition: each team confined to its nominal quota, nothing lent | no borrowing, no preemption |
 | `kueue-like` | Kueue with BestEffortFIFO queues: lending, borrowing, reclaim and priority preemption, no topology or checkpoint awareness, one admission per queue per cycle | no fair share, no reservations, no protected queue heads, topology-blind first-fit placement, victims newest first with no checkpoint grace, no minimum runtime, 1 admission per team per cycle |
@@ -81,11 +81,14 @@ CATALOGUE: dict[str, Policy] = {
 
 
 #: Earlier versions of the catalogue's policies: decisions recorded under them still resolve (verify, what-if).
-_GANGWAY_3 = replace(GANGWAY, version="gangway-3", placement=replace(GANGWAY.placement, pack_domains=False),
-                     preemption=replace(GANGWAY.preemption, prefer_one_rack=False))
+_GANGWAY_4 = replace(GANGWAY, version="gangway-4", preemption=replace(GANGWAY.preemption, consolidate=False))
+_GANGWAY_3 = replace(_GANGWAY_4, version="gangway-3", placement=replace(GANGWAY.placement, pack_domains=False),
+                     preemption=replace(_GANGWAY_4.preemption, prefer_one_rack=False))
 _GANGWAY_2 = replace(_GANGWAY_3, version="gangway-2",
                      recovery=replace(GANGWAY.recovery, enforce_time_limits=False, start_timeout_ms=None))
 EARLIER: dict[str, Policy] = {
+    # before consolidation: a gang whose free GPUs were scattered waited for them to come together
+    "gangway-4": _GANGWAY_4,
     # before nodes were packed rack by rack and preemption preferred room in one rack
     "gangway-3": _GANGWAY_3,
     # before time limits were enforced (a limit only planned backfill) and workers had a time to start

@@ -24,9 +24,10 @@ class Policy:
         return replace(self, version=version)
 
 
-#: gangway-4: gangway-3 (gangway-2 with time limits enforced and workers given 5 minutes to start) that keeps gangs
-#: in one rack: nodes are packed rack by rack, and preemption makes room in one rack when it can at no higher cost.
-DEFAULT_POLICY = Policy(version="gangway-4", recovery=RecoveryPolicy(enforce_time_limits=True,
+#: gangway-5: gangway-4 (gangway-2 with time limits enforced, workers given 5 minutes to start, gangs kept in one
+#: rack: nodes packed rack by rack, preemption making room in one rack when it can at no higher cost) that
+#: consolidates: a gang whose free GPUs are scattered over nodes gets whole nodes by moving smaller jobs.
+DEFAULT_POLICY = Policy(version="gangway-5", recovery=RecoveryPolicy(enforce_time_limits=True,
                                                                       start_timeout_ms=5 * 60_000),
                         placement=PlacementPolicy(pack_domains=True),
-                        preemption=PreemptionPolicy(prefer_one_rack=True))
+                        preemption=PreemptionPolicy(prefer_one_rack=True, consolidate=True))

@@ -213,9 +213,13 @@ def test_time_sharing_waits_for_finished_jobs_to_show_it_pays(traces, spread):
         assert gated["solo-00060"] == 0
 
 
-def test_gangway_4_packs_racks_and_gangway_3_still_resolves_without_it():
-    assert policy("gangway").version == "gangway-4"
+def test_gangway_5_consolidates_and_packs_racks_and_earlier_versions_still_resolve_without():
+    assert policy("gangway").version == "gangway-5"
     assert policy("gangway").placement.pack_domains and policy("gangway").preemption.prefer_one_rack
+    assert policy("gangway").preemption.consolidate
+    four = resolve("gangway-4")
+    assert not four.preemption.consolidate and four.placement.pack_domains and four.preemption.prefer_one_rack
+    assert four.admission == policy("gangway").admission and four.recovery == policy("gangway").recovery
     earlier = resolve("gangway-3")
     assert not earlier.placement.pack_domains and not earlier.preemption.prefer_one_rack
     assert earlier.recovery == policy("gangway").recovery and earlier.admission == policy("gangway").admission
