@@ -222,7 +222,7 @@ def _preemption_requested(e: m.PreemptionRequested, at: _Moment) -> str:
     rule = {m.Reason.RECLAIM_LENT_QUOTA: "its team reclaims quota it lent",
             m.Reason.HIGHER_PRIORITY: "it has a higher priority",
             m.Reason.TIME_SHARED: "it has received less GPU-time",
-            m.Reason.CONSOLIDATED: "it fits only on whole nodes; the victim fits elsewhere"}.get(e.envelope.reason, e.envelope.reason.value)
+            m.Reason.CONSOLIDATED: "a move: the gang needs whole nodes, the victim fits in free GPUs elsewhere"}.get(e.envelope.reason, e.envelope.reason.value)
     if at.job is not None and e.job_id == at.job.job_id:
         return (f"asked to checkpoint and make room for {e.for_job_id} ({rule}) by {clock(e.checkpoint_deadline)} "
                 f"(in {span(e.checkpoint_deadline - e.envelope.at)})")

@@ -49,6 +49,9 @@ def moves_for(state: CellState, job: Job, ctx: Context) -> tuple[list[Job], Plac
         return None
     if not quota_fit(state.tenancy, job, policy.admission.borrowing, state.tenancy.committed(job))[1].fits:
         return None  # not placement alone: moving others would not admit it
+    after = AfterEviction(state, job, ctx)
+    if after.admissible():
+        return None  # the admitter places it as the cell stands
     started_by = now - policy.preemption.min_runtime_ms
     nodes = state.cluster.nodes
     order = []
@@ -60,9 +63,6 @@ def moves_for(state: CellState, job: Job, ctx: Context) -> tuple[list[Job], Plac
                 free = max((nodes[n].free for _, n, _ in victim.assignments if n in nodes), default=0)
                 order.append(((victim.held_gpus, -free, lost_work_gpu_ms(victim, now), victim.job_id), victim))
     order.sort(key=lambda c: c[0])
-    after = AfterEviction(state, job, ctx)
-    if after.admissible():
-        return None  # the admitter places it as the cell stands
     # a move is a preemption: no other team moves below its nominal quota, as for any other
     chosen = greedy(after, eligible(state, job, order, staying(state, after.usage), policy.preemption.keep_nominal))
     if not chosen:
