@@ -1,9 +1,10 @@
 """Consolidation (KAI's consolidate action): a waiting gang whose quota admits it and whose GPUs are free in number,
 but scattered over nodes, gets whole nodes by moving smaller running jobs into the gaps elsewhere.
 
-A move is a preemption like any other (the gang's hold first, then a checkpoint request), with two bounds that keep
-it cheap and finite: a victim is smaller than the gang and past its minimum runtime, and every victim fits the free
-GPUs left once the gang has its placement, so each can be admitted again at once rather than losing its turn.
+A move is a preemption like any other (the gang's hold first, then a checkpoint request, both CONSOLIDATED), bounded
+so that it stays cheap and fair: a victim is smaller than the gang and past its minimum runtime; every victim fits the
+free GPUs left once the gang has its placement, and is admitted again first (Job.moving), so none loses its turn;
+the nominal-quota law holds as for any preemption; and no gang passes its team's protected head by a move.
 """
 
 from __future__ import annotations
