@@ -185,6 +185,10 @@ class Cluster:
     def of_type(self, gpu_type: str) -> list[Node]:
         return [self.nodes[name] for name in self.by_type.get(gpu_type, ())]
 
+    def free_gpus(self, gpu_type: str) -> int:
+        """Free GPUs of a type on schedulable nodes (kept by the capacity index)."""
+        return self.free_in.get((gpu_type, CELL, ""), 0)
+
     def capacity(self, gpu_type: str) -> int:
         """Healthy GPUs of a type on nodes that could take work (spares excluded until activated)."""
         return self.healthy.get(gpu_type, 0)

@@ -244,6 +244,12 @@ def team_head(state: CellState, team: str, skip: Container[str] = frozenset(), l
     return state.jobs[best[-1]] if best is not None else None
 
 
+def guards(head: Job | None, job: Job, held: Container[str]) -> bool:
+    """Whether `head`'s expected start is kept from `job`: another gang of its team and GPU type, while the head has
+    no capacity held for it (its hold covers it then)."""
+    return head is not None and head.job_id != job.job_id and head.gpu_type == job.gpu_type and head.job_id not in held
+
+
 def may_drain(state: CellState, job: Job, share: float) -> bool:
     """Whether the gang may drain capacity for itself (a reservation, a protected queue head): it needs at most
     `share` of its GPU type's schedulable GPUs (AdmissionPolicy.max_drain_share)."""
@@ -294,7 +300,7 @@ class Guard:
     def blocker(self, job: Job, gpus: int) -> HeadStart | None:
         """The head whose expected start admitting `gpus` GPUs of `job` now would push later, or None."""
         head = self.team_head(job.team)
-        if head is None or head.job_id == job.job_id or head.job_id in self.held or head.gpu_type != job.gpu_type:
+        if not guards(head, job, self.held):
             return None
         start = self.start(head)
         return start if start.delayed_by(job, gpus, self.now) else None
@@ -302,8 +308,7 @@ class Guard:
     def passes(self, job: Job) -> bool:
         """Whether `job` is admitted past a waiting head of its GPU type (it backfills)."""
         head = self.team_head(job.team)
-        return (head is not None and head.job_id != job.job_id and head.gpu_type == job.gpu_type
-                and head.job_id not in self.held and self.start(head).start is not None)
+        return guards(head, job, self.held) and self.start(head).start is not None
 
     def team_head(self, team: str) -> Job | None:
         """The team's head, if it may drain (a gang too big to drain is not protected)."""

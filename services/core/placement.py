@@ -140,7 +140,9 @@ class CapacityView:
 
     def free_gpus(self, gpu_type: str) -> int:
         """Free GPUs of a type in this view, on schedulable nodes."""
-        histogram = self.histogram.get((gpu_type, CELL, "")) or self.cluster.histogram.get((gpu_type, CELL, ""), ())
+        histogram = self.histogram.get((gpu_type, CELL, ""))
+        if not histogram:
+            return self.cluster.free_gpus(gpu_type)
         return sum(free * count for free, count in enumerate(histogram))
 
     def unclaim(self, job: Job) -> None:

@@ -12,10 +12,9 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from projections.cell import CellState
-from projections.cluster import CELL
 from projections.jobs import Job, JobState
 from services.core.decider import Context
-from services.core.heads import head_start, may_drain, team_head
+from services.core.heads import guards, head_start, may_drain, team_head
 from services.core.placement import CapacityView, Placement, off_limits, place_gang
 from services.core.queue import least_attained_service
 from services.core.quota import quota_fit
@@ -25,12 +24,6 @@ from services.preemptor.victims import eligible, lost_work_gpu_ms, staying
 
 if TYPE_CHECKING:
     from services.policy import Policy
-
-
-def free_in_number(state: CellState, job: Job) -> bool:
-    """Whether the free GPUs of the gang's type add up to its smallest size (wherever they are)."""
-    histogram = state.cluster.histogram.get((job.gpu_type, CELL, ""), ())
-    return sum(free * count for free, count in enumerate(histogram)) >= job.min_gpus
 
 
 def movable(job: Job, victim: Job, policy: PreemptionPolicy, now: int) -> bool:
@@ -44,9 +37,9 @@ def movable(job: Job, victim: Job, policy: PreemptionPolicy, now: int) -> bool:
 
 def moves_for(state: CellState, job: Job, ctx: Context) -> tuple[list[Job], Placement] | None:
     """The running jobs to move so that `job` is placed, and its placement; None when its quota does not admit it
-    now, its GPUs are not free in number, or no set of smaller jobs that all fit elsewhere makes room."""
+    now, its GPUs are not free in number (wherever they are), or no set of smaller jobs that all fit elsewhere makes room."""
     policy, now = ctx.policy, ctx.now
-    if not free_in_number(state, job) or _delays_its_head(state, job, policy, now):
+    if state.cluster.free_gpus(job.gpu_type) < job.min_gpus or _delays_its_head(state, job, policy, now):
         return None
     if not quota_fit(state.tenancy, job, policy.admission.borrowing, state.tenancy.committed(job))[1].fits:
         return None  # not placement alone: moving others would not admit it
@@ -82,8 +75,7 @@ def _delays_its_head(state: CellState, job: Job, policy: Policy, now: int) -> bo
     """Whether admitting the gang now would push back the expected start of its team's head, which the admitter
     protects from any other gang (services/core/heads.py, `Guard.blocker`): a move must not let it pass."""
     head = team_head(state, job.team, las=least_attained_service(state, policy.admission))
-    if (head is None or head.job_id == job.job_id or head.gpu_type != job.gpu_type or head.job_id in state.holds
-            or not may_drain(state, head, policy.admission.max_drain_share)):
+    if not guards(head, job, state.holds) or not may_drain(state, head, policy.admission.max_drain_share):
         return False
     return head_start(state, head, now, policy).delayed_by(job, job.min_gpus, now)
 

@@ -31,7 +31,7 @@ from services.core.decider import Context
 from services.core.placement import Placement
 from services.core.queue import queue_order, service_varies
 from services.core.quiet import first_after, is_quiet, remember
-from services.preemptor.consolidation import free_in_number, movable, moves_for
+from services.preemptor.consolidation import movable, moves_for
 from services.preemptor.eviction import AfterEviction, greedy, plan, stale
 from services.preemptor.policy import PreemptionPolicy
 from services.preemptor.victims import (
@@ -143,6 +143,7 @@ def _may_preempt(state: CellState, ctx: Context) -> list[Job]:
     beneficiaries = {state.jobs[v].preempted_for for v in state.preempting}
     usage = state.tenancy.committed()
     entitled: dict[tuple, bool] = {}  # the entitlement test depends only on these fields of the job
+    free: dict[str, int] = {}  # free GPUs per type: with consolidation, a gang they add up to may have moves
     out = []
     now, wait = ctx.now, ctx.policy.preemption.wait_before_preempting_ms
     for job_id in state.queued:  # in any order: queue_order sorts them by a total key
@@ -152,7 +153,9 @@ def _may_preempt(state: CellState, ctx: Context) -> list[Job]:
         key = (job.team, job.gpu_type, job.min_gpus, job.priority, job.service_band)
         if key not in entitled:
             entitled[key] = may_have_victims(state, job, ctx.policy.preemption, usage, ctx.now)
-        may = entitled[key] or (ctx.policy.preemption.consolidate and free_in_number(state, job))
+        if ctx.policy.preemption.consolidate and job.gpu_type not in free:
+            free[job.gpu_type] = state.cluster.free_gpus(job.gpu_type)
+        may = entitled[key] or (ctx.policy.preemption.consolidate and free[job.gpu_type] >= job.min_gpus)
         if may and job.job_id not in beneficiaries and not job.has_hold:
             out.append(job)
     return out
@@ -238,10 +241,6 @@ def ask_victims(state: CellState, held: m.CapacityHeld, ctx: Context) -> list[m.
     if why:
         return [m.CapacityReleased(envelope=ctx.envelope(Reason.HOLD_STALE, job.job_id), job_id=job.job_id,
                                    detail=f"no victim asked: {why}")]
-    usage = state.tenancy.committed(job)
-    team_rules = rules(state, job.team, ctx.policy.preemption)
-    within = within_nominal(state, job, usage)
-    borrowing = borrowing_teams(state, job, usage)
     # A victim that ended, or was interrupted, meanwhile has freed its GPUs into the hold already.
     victims = [state.jobs[v] for v in job.hold_victims
                if v in state.jobs and state.jobs[v].state in (JobState.RUNNING, JobState.PLACED)]
@@ -250,6 +249,10 @@ def ask_victims(state: CellState, held: m.CapacityHeld, ctx: Context) -> list[m.
         reasons = {v.job_id: Reason.CONSOLIDATED if policy.consolidate and movable(job, v, policy, ctx.now) else None
                    for v in victims}
     else:
+        usage = state.tenancy.committed(job)
+        team_rules = rules(state, job.team, policy)
+        within = within_nominal(state, job, usage)
+        borrowing = borrowing_teams(state, job, usage)
         reasons = {v.job_id: category(job, v, team_rules, within, borrowing, policy.time_share, ctx.now)
                    for v in victims}
     if None in reasons.values():
