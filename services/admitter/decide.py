@@ -265,16 +265,18 @@ def admission_cycle(state: CellState, ctx: Context, only: Job | None = None, ref
             usage[(job.team, job.gpu_type)] -= job.held_quota
     released = {d.job_id for d in decisions}
     held = {job_id for job_id in state.holds if job_id not in released}
+    reserved_by = {node: job for job, nodes in state.reservations.items() for node in nodes}
+    reservations = dict(state.reservations)  # holder -> nodes, with the reservations made this cycle
+    # Shadow times once per cycle; a reservation made this cycle has none (unknown) until it is folded.
+    shadows = shadow_times(state, now) if reservations else {}
+    _keep_room_for_movers(state, view, ctx, lambda mover: excluded_nodes(reservations, mover, now, shadows, state.jobs))
     if only is not None:
         order = WaitingGangs(state, now, key, [[(None, only.job_id)]])
     else:
         free = {t: view.free_gpus(t) + _held_free(state, t, held) for t in state.cluster.gpu_types()}
         order = WaitingGangs.of(state, now, key,
                                 lambda job: not quiet or job.min_gpus <= free.get(job.gpu_type, 0) or job.has_hold)
-    reserved_by = {node: job for job, nodes in state.reservations.items() for node in nodes}
-    reservations = dict(state.reservations)  # holder -> nodes, with the reservations made this cycle
-    # Shadow times once per cycle; a reservation made this cycle has none (unknown) until it is folded.
-    shadows = shadow_times(state, now) if reservations else {}
+
     def admissible(job: Job) -> bool:
         """Whether the job could be admitted now, as this cycle sees the cell."""
         most, fit = quota_fit(state.tenancy, job, policy.borrowing, usage)
@@ -458,6 +460,23 @@ def admission_cycle(state: CellState, ctx: Context, only: Job | None = None, ref
         if guard is not None:
             compared.extend(guard.compared())
     return decisions
+
+
+def _keep_room_for_movers(state: CellState, view: CapacityView, ctx: Context,
+                          excluded: Callable[[Job], list[str]]) -> None:
+    """Jobs that move for a consolidation (the victims of a CONSOLIDATED hold) are admitted again first once they
+    have left (Job.moving), into the room the move counted on: until they have left (yielded to the hold's gang),
+    that room is kept from every other gang (held in `view`, biggest mover first), so none admitted meanwhile takes it."""
+    jobs = state.jobs
+    movers = {j for j in state.preempting if jobs[j].moving}
+    for holder in state.holds:
+        if jobs[holder].reason is Reason.CONSOLIDATED:
+            movers.update(v for v in jobs[holder].hold_victims
+                          if v in jobs and jobs[v].holds_capacity and holder not in jobs[v].yielded_to)
+    for mover in sorted((jobs[j] for j in movers), key=lambda job: (-job.held_gpus, job.job_id)):
+        room = place_gang(view, mover, mover.admitted_workers, ctx.policy.placement, excluded(mover))
+        if isinstance(room, Placement):
+            view.hold(room)
 
 
 def expired_holds(state: CellState, now: int) -> list[Job]:

@@ -86,11 +86,33 @@ def _all_fit_elsewhere(state: CellState, placement: Placement, victims: list[Job
     for victim in victims:
         view.release(victim)
     view.hold(placement)
+    return _each_placed(state, view, victims, ctx)
+
+
+def homeless(state: CellState, victims: list[Job], ctx: Context) -> Job | None:
+    """The first of a folded CONSOLIDATED hold's victims (biggest first) that no longer finds a placement in what is
+    free now, or None: the hold's GPUs are claimed for its gang, and work admitted or a reservation made since the
+    plan may have taken the room the moves counted on."""
+    placed: list[Job] = []
+    _each_placed(state, CapacityView(state.cluster), victims, ctx, placed)
+    return next((v for v in _biggest_first(victims) if v not in placed), None)
+
+
+def _each_placed(state: CellState, view: CapacityView, victims: list[Job], ctx: Context,
+                 placed: list[Job] | None = None) -> bool:
+    """Places the victims in `view`, biggest first, each where the others placed before it left room (`placed`
+    receives them); False at the first that finds no room."""
     gone = frozenset(v.job_id for v in victims)
-    for victim in sorted(victims, key=lambda v: (-v.held_gpus, v.job_id)):
+    for victim in _biggest_first(victims):
         again = place_gang(view, victim, victim.admitted_workers, ctx.policy.placement,
                            off_limits(state, victim, ctx.now, gone))
         if not isinstance(again, Placement):
             return False
         view.hold(again)
+        if placed is not None:
+            placed.append(victim)
     return True
+
+
+def _biggest_first(victims: list[Job]) -> list[Job]:
+    return sorted(victims, key=lambda v: (-v.held_gpus, v.job_id))

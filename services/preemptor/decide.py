@@ -31,7 +31,7 @@ from services.core.decider import Context
 from services.core.placement import Placement
 from services.core.queue import queue_order, service_varies
 from services.core.quiet import first_after, is_quiet, remember
-from services.preemptor.consolidation import movable, moves_for
+from services.preemptor.consolidation import homeless, movable, moves_for
 from services.preemptor.eviction import AfterEviction, greedy, plan, stale
 from services.preemptor.policy import PreemptionPolicy
 from services.preemptor.victims import (
@@ -139,24 +139,32 @@ def _preempted(victim: Job, reason: Reason, checkpoint_id: str | None, ctx: Cont
 
 
 def _may_preempt(state: CellState, ctx: Context) -> list[Job]:
-    """The waiting gangs that may be entitled to victims now (`preempt_for` looks no further at the others)."""
+    """The waiting gangs that may be entitled to victims now (`preempt_for` looks no further at the others), in
+    no particular order (queue_order sorts them by a total key). A group of equal needs shares what the tests read
+    besides a member's priority and wait, so they look at each group once."""
     beneficiaries = {state.jobs[v].preempted_for for v in state.preempting}
     usage = state.tenancy.committed()
+    policy = ctx.policy.preemption
     entitled: dict[tuple, bool] = {}  # the entitlement test depends only on these fields of the job
     free: dict[str, int] = {}  # free GPUs per type: with consolidation, a gang they add up to may have moves
     out = []
-    now, wait = ctx.now, ctx.policy.preemption.wait_before_preempting_ms
-    for job_id in state.queued:  # in any order: queue_order sorts them by a total key
-        job = state.jobs[job_id]
-        if not _waited_enough(job, now, wait):
-            continue
-        key = (job.team, job.gpu_type, job.min_gpus, job.priority, job.service_band)
-        if key not in entitled:
-            entitled[key] = may_have_victims(state, job, ctx.policy.preemption, usage, ctx.now)
-        if ctx.policy.preemption.consolidate and job.gpu_type not in free:
-            free[job.gpu_type] = state.cluster.free_gpus(job.gpu_type)
-        may = entitled[key] or (ctx.policy.preemption.consolidate and free[job.gpu_type] >= job.min_gpus)
-        if may and job.job_id not in beneficiaries and not job.has_hold:
+    jobs, now, wait = state.jobs, ctx.now, policy.wait_before_preempting_ms
+    for needs, members in state.queued_by_needs.items():
+        first = jobs[members[0][1]]
+        gpu_type, min_gpus = first.gpu_type, first.min_gpus
+        if policy.consolidate and gpu_type not in free:
+            free[gpu_type] = state.cluster.free_gpus(gpu_type)
+        moves = policy.consolidate and free[gpu_type] >= min_gpus
+        for _, job_id in members:
+            job = jobs[job_id]
+            if not _waited_enough(job, now, wait) or job_id in beneficiaries or job.has_hold:
+                continue
+            if not moves:
+                key = (first.team, gpu_type, min_gpus, job.priority, needs[-1])
+                if key not in entitled:
+                    entitled[key] = may_have_victims(state, job, policy, usage, now)
+                if not entitled[key]:
+                    continue
             out.append(job)
     return out
 
@@ -259,6 +267,9 @@ def ask_victims(state: CellState, held: m.CapacityHeld, ctx: Context) -> list[m.
         unentitled = next(v for v, reason in reasons.items() if reason is None)
         return [m.CapacityReleased(envelope=ctx.envelope(Reason.HOLD_STALE, job.job_id), job_id=job.job_id,
                                    detail=f"no victim asked: {unentitled} may no longer be preempted for it")]
+    if held.envelope.reason is Reason.CONSOLIDATED and (stranded := homeless(state, victims, ctx)) is not None:
+        return [m.CapacityReleased(envelope=ctx.envelope(Reason.HOLD_STALE, job.job_id), job_id=job.job_id,
+                                   detail=f"no victim asked: {stranded.job_id} would no longer fit elsewhere")]
     decisions: list[m.Decision] = []
     for victim in victims:
         victim_id, reason = victim.job_id, reasons[victim.job_id]

@@ -1,7 +1,10 @@
 """Consolidation over random fragmented cells: small jobs of two teams scattered over 8-GPU nodes, then whole-node
 gangs that fit the free GPUs only in number. Every invariant of the core holds after every event (a move is a
 preemption under the law; no GPU is double-booked; the moving index follows the state), and a moved job is never
-left waiting behind the gangs it made room for: it is admitted again before any gang that came after it."""
+left waiting behind the gangs it made room for: it is admitted again before any gang that came after it, except one
+admitted on capacity held for it, or while capacity is held for the moved job (what is held for a gang is its own: a
+team reclaiming its nominal quota from borrowers is admitted on it while a borrower that moved waits for room in the
+cohort, and a moved job that reclaims its own team's quota waits for its victims, who may start again elsewhere)."""
 
 import random
 
@@ -42,8 +45,10 @@ def fragmented(c: Chooser):
 
 
 def moves_and_overtakes(log: list[m.Event]) -> tuple[int, list[str]]:
-    """(moves, gangs admitted, on a state where a moved job submitted before them already waited, ahead of it)."""
+    """(moves, gangs admitted, on a state where a moved job submitted before them already waited, ahead of it, with
+    no capacity held for either)."""
     moves, submitted, overtakes = 0, {}, []
+    held: set[str] = set()  # gangs with capacity held for them
     waiting: dict[str, int] = {}  # moved job -> the offset from which it waits
     moving: set[str] = set()
     for offset, e in enumerate(log):
@@ -54,13 +59,19 @@ def moves_and_overtakes(log: list[m.Event]) -> tuple[int, list[str]]:
             (moving.add if e.envelope.reason is m.Reason.CONSOLIDATED else moving.discard)(e.job_id)
         elif isinstance(e, m.JobPreempted) and e.job_id in moving:
             waiting[e.job_id] = offset
+        elif isinstance(e, m.CapacityHeld):
+            held.add(e.job_id)
+        elif isinstance(e, m.CapacityReleased):
+            held.discard(e.job_id)
         elif isinstance(e, m.JobAdmitted):
             moving.discard(e.job_id)
+            hold = e.job_id in held
+            held.discard(e.job_id)
             if waiting.pop(e.job_id, None) is not None:
                 continue  # moving gangs go first, in an order of their own
             overtakes += [f"{e.job_id} before moved {w}" for w, since in sorted(waiting.items())
                           if since <= e.envelope.basis_offset and submitted[w] <= submitted[e.job_id]
-                          and e.job_id not in _beneficiaries(log, w)]
+                          and e.job_id not in _beneficiaries(log, w) and not hold and w not in held]
     return moves, overtakes
 
 
