@@ -81,12 +81,16 @@ CATALOGUE: dict[str, Policy] = {
 
 
 #: Earlier versions of the catalogue's policies: decisions recorded under them still resolve (verify, what-if).
-_GANGWAY_4 = replace(GANGWAY, version="gangway-4", preemption=replace(GANGWAY.preemption, consolidate=False))
+_GANGWAY_5 = replace(GANGWAY, version="gangway-5", preemption=replace(GANGWAY.preemption, keep_room_for_moves=False))
+_GANGWAY_4 = replace(_GANGWAY_5, version="gangway-4", preemption=replace(_GANGWAY_5.preemption, consolidate=False))
 _GANGWAY_3 = replace(_GANGWAY_4, version="gangway-3", placement=replace(GANGWAY.placement, pack_domains=False),
                      preemption=replace(_GANGWAY_4.preemption, prefer_one_rack=False))
 _GANGWAY_2 = replace(_GANGWAY_3, version="gangway-2",
                      recovery=replace(GANGWAY.recovery, enforce_time_limits=False, start_timeout_ms=None))
 EARLIER: dict[str, Policy] = {
+    # before consolidation kept the room its moves count on: a gang admitted while a moving job checkpointed
+    # could take it, and the moved job waited
+    "gangway-5": _GANGWAY_5,
     # before consolidation: a gang whose free GPUs were scattered waited for them to come together
     "gangway-4": _GANGWAY_4,
     # before nodes were packed rack by rack and preemption preferred room in one rack

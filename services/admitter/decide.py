@@ -269,7 +269,9 @@ def admission_cycle(state: CellState, ctx: Context, only: Job | None = None, ref
     reservations = dict(state.reservations)  # holder -> nodes, with the reservations made this cycle
     # Shadow times once per cycle; a reservation made this cycle has none (unknown) until it is folded.
     shadows = shadow_times(state, now) if reservations else {}
-    _keep_room_for_movers(state, view, ctx, lambda mover: excluded_nodes(reservations, mover, now, shadows, state.jobs))
+    if ctx.policy.preemption.keep_room_for_moves:
+        _keep_room_for_movers(state, view, ctx,
+                              lambda mover: excluded_nodes(reservations, mover, now, shadows, state.jobs))
     if only is not None:
         order = WaitingGangs(state, now, key, [[(None, only.job_id)]])
     else:

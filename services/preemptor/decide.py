@@ -267,7 +267,8 @@ def ask_victims(state: CellState, held: m.CapacityHeld, ctx: Context) -> list[m.
         unentitled = next(v for v, reason in reasons.items() if reason is None)
         return [m.CapacityReleased(envelope=ctx.envelope(Reason.HOLD_STALE, job.job_id), job_id=job.job_id,
                                    detail=f"no victim asked: {unentitled} may no longer be preempted for it")]
-    if held.envelope.reason is Reason.CONSOLIDATED and (stranded := homeless(state, victims, ctx)) is not None:
+    if (held.envelope.reason is Reason.CONSOLIDATED and policy.keep_room_for_moves
+            and (stranded := homeless(state, victims, ctx)) is not None):
         return [m.CapacityReleased(envelope=ctx.envelope(Reason.HOLD_STALE, job.job_id), job_id=job.job_id,
                                    detail=f"no victim asked: {stranded.job_id} would no longer fit elsewhere")]
     decisions: list[m.Decision] = []

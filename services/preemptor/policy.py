@@ -38,6 +38,9 @@ class PreemptionPolicy:
     #: a gang its quota admits whose GPUs are free in number but scattered moves smaller jobs that fit elsewhere
     #: (services/preemptor/consolidation.py)
     consolidate: bool = False
+    #: the room a consolidation's moves count on is kept for the moving jobs until they have left, and a hold whose
+    #: victims no longer fit elsewhere when it is folded is released before anyone is asked
+    keep_room_for_moves: bool = False
 
     def __post_init__(self) -> None:
         if self.time_share not in TIME_SHARE_VALUES:

@@ -214,7 +214,7 @@ def test_time_sharing_waits_for_finished_jobs_to_show_it_pays(traces, spread):
 
 
 def test_gangway_5_consolidates_and_packs_racks_and_earlier_versions_still_resolve_without():
-    assert policy("gangway").version == "gangway-5"
+    assert policy("gangway").version == "gangway-6"
     assert policy("gangway").placement.pack_domains and policy("gangway").preemption.prefer_one_rack
     assert policy("gangway").preemption.consolidate
     four = resolve("gangway-4")
