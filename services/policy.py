@@ -31,5 +31,4 @@ class Policy:
 DEFAULT_POLICY = Policy(version="gangway-6", recovery=RecoveryPolicy(enforce_time_limits=True,
                                                                       start_timeout_ms=5 * 60_000),
                         placement=PlacementPolicy(pack_domains=True),
-                        preemption=PreemptionPolicy(prefer_one_rack=True, consolidate=True,
-                                                           keep_room_for_moves=True))
+                        preemption=PreemptionPolicy(prefer_one_rack=True, consolidate=True, keep_room_for_moves=True))
