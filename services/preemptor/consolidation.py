@@ -35,14 +35,18 @@ def movable(job: Job, victim: Job, policy: PreemptionPolicy, now: int) -> bool:
             and job.job_id not in victim.yielded_to)
 
 
-def moves_for(state: CellState, job: Job, ctx: Context) -> tuple[list[Job], Placement] | None:
-    """The running jobs to move so that `job` is placed, and its placement; None when its quota does not admit it
-    now, its GPUs are not free in number (wherever they are), or no set of smaller jobs that all fit elsewhere makes room."""
+def moves_for(state: CellState, job: Job, ctx: Context, heads: dict | None = None) -> tuple[list[Job], Placement] | None:
+    """The running jobs to move so that `job` is placed, and its placement; None when its GPUs are not free in number
+    (wherever they are), its quota does not admit it now, its admission would delay its team's head, or no set of
+    smaller jobs that all fit elsewhere makes room. `heads` keeps each team's head and its start for the calls of one
+    decision (nothing changes between them); the tests run cheapest first."""
     policy, now = ctx.policy, ctx.now
-    if state.cluster.free_gpus(job.gpu_type) < job.min_gpus or _delays_its_head(state, job, policy, now):
+    if state.cluster.free_gpus(job.gpu_type) < job.min_gpus:
         return None
     if not quota_fit(state.tenancy, job, policy.admission.borrowing, state.tenancy.committed(job))[1].fits:
         return None  # not placement alone: moving others would not admit it
+    if _delays_its_head(state, job, policy, now, {} if heads is None else heads):
+        return None
     after = AfterEviction(state, job, ctx)
     if after.admissible():
         return None  # the admitter places it as the cell stands
@@ -71,13 +75,17 @@ def moves_for(state: CellState, job: Job, ctx: Context) -> tuple[list[Job], Plac
     return chosen, placement
 
 
-def _delays_its_head(state: CellState, job: Job, policy: Policy, now: int) -> bool:
+def _delays_its_head(state: CellState, job: Job, policy: Policy, now: int, heads: dict) -> bool:
     """Whether admitting the gang now would push back the expected start of its team's head, which the admitter
     protects from any other gang (services/core/heads.py, `Guard.blocker`): a move must not let it pass."""
-    head = team_head(state, job.team, las=least_attained_service(state, policy.admission))
-    if not guards(head, job, state.holds) or not may_drain(state, head, policy.admission.max_drain_share):
-        return False
-    return head_start(state, head, now, policy).delayed_by(job, job.min_gpus, now)
+    if job.team not in heads:
+        head = team_head(state, job.team, las=least_attained_service(state, policy.admission))
+        drains = head is not None and may_drain(state, head, policy.admission.max_drain_share)
+        heads[job.team] = (head, None)
+        if drains:
+            heads[job.team] = (head, head_start(state, head, now, policy))
+    head, start = heads[job.team]
+    return start is not None and guards(head, job, state.holds) and start.delayed_by(job, job.min_gpus, now)
 
 
 def _all_fit_elsewhere(state: CellState, placement: Placement, victims: list[Job], ctx: Context) -> bool:

@@ -21,6 +21,7 @@ capacity once the last one is gone; the admitter releases a hold whose gang was 
 from __future__ import annotations
 
 import itertools
+from bisect import bisect_right
 from dataclasses import replace
 
 from events import models as m
@@ -95,7 +96,7 @@ def tick(state: CellState, ctx: Context) -> list[m.Decision]:
             checkpoint = victim.checkpoint.checkpoint_id if victim.checkpoint else None
             decisions.append(_preempted(victim, Reason.CHECKPOINT_DEADLINE_PASSED, checkpoint, ctx))
     gated = _time_sharing_gated(state, ctx)
-    waiting = _may_preempt(state, gated) if gated.policy.preemption.enabled else []
+    waiting = _may_preempt(state, gated, CANDIDATES_PER_TICK) if gated.policy.preemption.enabled else []
     memo: dict = {}  # victims alike for several gangs: nothing changes between them
     for job in itertools.islice(queue_order(state, waiting, gated.policy.admission), CANDIDATES_PER_TICK):
         chosen = preempt_for(state, job, gated, memo)
@@ -138,35 +139,54 @@ def _preempted(victim: Job, reason: Reason, checkpoint_id: str | None, ctx: Cont
                           for_job_id=victim.preempted_for or "", checkpoint_id=checkpoint_id)
 
 
-def _may_preempt(state: CellState, ctx: Context) -> list[Job]:
+def _may_preempt(state: CellState, ctx: Context, first: int) -> list[Job]:
     """The waiting gangs that may be entitled to victims now (`preempt_for` looks no further at the others), in
-    no particular order (queue_order sorts them by a total key). A group of equal needs shares what the tests read
-    besides a member's priority and wait, so they look at each group once."""
+    no particular order (queue_order sorts them by a total key), at most the `first` of each group of equal needs
+    and every moving gang: a group's members share all of the queue's key but their rank, in which the group is
+    sorted, and whether they move (which goes first). A group of equal needs shares what the tests read besides a
+    member's priority and wait, so they look at each group once."""
     beneficiaries = {state.jobs[v].preempted_for for v in state.preempting}
     usage = state.tenancy.committed()
     policy = ctx.policy.preemption
     entitled: dict[tuple, bool] = {}  # the entitlement test depends only on these fields of the job
     free: dict[str, int] = {}  # free GPUs per type: with consolidation, a gang they add up to may have moves
-    out = []
+    out: dict[str, Job] = {}
     jobs, now, wait = state.jobs, ctx.now, policy.wait_before_preempting_ms
+
+    def entitled_to(job: Job, needs: tuple) -> bool:
+        key = (job.team, job.gpu_type, job.min_gpus, job.priority, needs[-1])
+        if key not in entitled:
+            entitled[key] = may_have_victims(state, job, policy, usage, now)
+        return entitled[key]
+
+    def may(job: Job) -> bool:
+        return _waited_enough(job, now, wait) and job.job_id not in beneficiaries and not job.has_hold
+
+    moves_in: dict[tuple, bool] = {}  # per group: whether consolidation may place it (its GPUs are free in number)
     for needs, members in state.queued_by_needs.items():
-        first = jobs[members[0][1]]
-        gpu_type, min_gpus = first.gpu_type, first.min_gpus
-        if policy.consolidate and gpu_type not in free:
-            free[gpu_type] = state.cluster.free_gpus(gpu_type)
-        moves = policy.consolidate and free[gpu_type] >= min_gpus
-        for _, job_id in members:
-            job = jobs[job_id]
-            if not _waited_enough(job, now, wait) or job_id in beneficiaries or job.has_hold:
+        head = jobs[members[0][1]]
+        if policy.consolidate and head.gpu_type not in free:
+            free[head.gpu_type] = state.cluster.free_gpus(head.gpu_type)
+        moves = moves_in[needs] = policy.consolidate and free[head.gpu_type] >= head.min_gpus
+        taken, i = 0, 0
+        while i < len(members) and taken < first:
+            job = jobs[members[i][1]]
+            if not moves and not entitled_to(job, needs):  # nor is the rest of its priority, ranked after it
+                i = bisect_right(members, members[i][0][0], lo=i, key=_priority_of)
                 continue
-            if not moves:
-                key = (first.team, gpu_type, min_gpus, job.priority, needs[-1])
-                if key not in entitled:
-                    entitled[key] = may_have_victims(state, job, policy, usage, now)
-                if not entitled[key]:
-                    continue
-            out.append(job)
-    return out
+            if may(job):
+                out[job.job_id] = job
+                taken += not job.moving
+            i += 1
+    for job_id in sorted(state.moving - out.keys()):  # past the first of their group, but first in the queue
+        needs = state.queued_under(job_id)
+        if needs is not None and may(jobs[job_id]) and (moves_in[needs] or entitled_to(jobs[job_id], needs)):
+            out[job_id] = jobs[job_id]
+    return list(out.values())
+
+
+def _priority_of(member: tuple[tuple, str]) -> int:
+    return member[0][0]  # a queued member's rank starts with its priority, negated
 
 
 def _waited_enough(job: Job, now: int, wait_ms: int) -> bool:
@@ -175,18 +195,19 @@ def _waited_enough(job: Job, now: int, wait_ms: int) -> bool:
 
 def preempt_for(state: CellState, job: Job, ctx: Context, memo: dict | None = None) -> list[m.Decision]:
     """A CapacityHeld for the victims that make `job` admissible and the placement it would get, or nothing.
-    `memo` is shared by the calls of one decision (see `candidates`)."""
+    `memo` is shared by the calls of one decision: victims in other teams (see `candidates`) and, under "heads",
+    each team's head and its expected start (see `moves_for`)."""
     policy = ctx.policy.preemption
     if (not _waited_enough(job, ctx.now, policy.wait_before_preempting_ms) or job.has_hold
             or any(state.jobs[v].preempted_for == job.job_id for v in state.preempting)):
         return []
     if not may_have_victims(state, job, policy, state.tenancy.committed(), ctx.now):
-        return _consolidate(state, job, ctx) if policy.consolidate else []
+        return _consolidate(state, job, ctx, memo) if policy.consolidate else []
     after = AfterEviction(state, job, ctx)
     ranked = candidates(state, job, policy, ctx.now, after.usage, memo)
     if not ranked or after.admissible():
         # nobody to evict, or the admitter will admit it without anyone's help
-        return _consolidate(state, job, ctx) if policy.consolidate and not ranked else []
+        return _consolidate(state, job, ctx, memo) if policy.consolidate and not ranked else []
     usage = staying(state, after.usage)
     costs = {victim.job_id: (key[1], key[2]) for key, victim in ranked}  # (category rank, lost work)
 
@@ -204,7 +225,7 @@ def preempt_for(state: CellState, job: Job, ctx: Context, memo: dict | None = No
         if (chosen := greedy(after, eligible(state, job, by_size, usage, policy.keep_nominal))) is not None:
             sets.append(chosen)
     if not sets:  # not even all the victims the law allows would make room
-        return _consolidate(state, job, ctx) if policy.consolidate else []
+        return _consolidate(state, job, ctx, memo) if policy.consolidate else []
     sets += _single_victims(state, job, ranked, after, usage, policy.keep_nominal)
     chosen = min(sets, key=cost)
     placement = plan(state, job, chosen, ctx)
@@ -219,9 +240,9 @@ def preempt_for(state: CellState, job: Job, ctx: Context, memo: dict | None = No
     return [_held(job, chosen, placement, ctx, Reason.HELD_FOR_PREEMPTION)]
 
 
-def _consolidate(state: CellState, job: Job, ctx: Context) -> list[m.Decision]:
+def _consolidate(state: CellState, job: Job, ctx: Context, memo: dict | None) -> list[m.Decision]:
     """A hold for the gang on whole nodes that smaller jobs leave by moving elsewhere, or nothing."""
-    moves = moves_for(state, job, ctx)
+    moves = moves_for(state, job, ctx, None if memo is None else memo.setdefault("heads", {}))
     return [] if moves is None else [_held(job, *moves, ctx, Reason.CONSOLIDATED)]
 
 

@@ -36,9 +36,9 @@ def ticks_skipped(play, monkeypatch) -> tuple[int, int, int]:
         calls["cycles"] += kwargs.get("compared") is not None
         return cycle(state, ctx, **kwargs)
 
-    def counted_looks(state, ctx):
+    def counted_looks(*args):
         calls["looks"] += 1
-        return looks(state, ctx)
+        return looks(*args)
     monkeypatch.setattr(admitter, "admission_cycle", counted_cycle)
     monkeypatch.setattr(preemptor, "_may_preempt", counted_looks)
     ticks = sum(isinstance(e, m.Tick) for e in play().cell.log)
