@@ -117,17 +117,17 @@ def quiet_until(state: CellState, policy: AdmissionPolicy, now: int, compared: S
     shadow times of reservations, the heads' expected starts, the next release of each GPU type it looked at),
     and `now` plus a waiting gang's time limit with the latter. A comparison with a time changes its outcome only
     where `now` reaches it or one past it; one with a time less a limit, one past that."""
-    jobs = state.jobs
+    jobs, after = state.jobs, policy.reservation_after_ms
     moments = [jobs[j].hold_until for j in state.holds]
-    limits = set()
-    for job_id in state.queued:
-        job = jobs[job_id]
-        moments.append(job.not_before)
-        moments.append(max(job.submitted_at, job.not_before) + policy.reservation_after_ms)
-        if job.time_limit_ms is not None:
-            limits.add(job.time_limit_ms)
+    for job in map(jobs.__getitem__, state.queued):  # only what is not past: first_after looks at no other
+        back = job.not_before
+        if back >= now:
+            moments.append(back)
+        if (job.submitted_at if job.submitted_at > back else back) + after >= now:
+            moments.append(max(job.submitted_at, back) + after)
     until = first_after((*moments, *compared), now)
-    ordered = sorted(limits)
+    ordered = sorted({limit for counts in state.queued_limits.values() for limit, n in counts.items()
+                      if limit is not None and n})
     for moment in compared:
         i = bisect_right(ordered, moment - now)  # the longest limit for which moment - limit + 1 is after now
         if i:
