@@ -9,6 +9,7 @@ the nominal-quota law holds as for any preemption; and no gang passes its team's
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from typing import TYPE_CHECKING
 
 from projections.cell import CellState
@@ -29,38 +30,42 @@ if TYPE_CHECKING:
 def movable(job: Job, victim: Job, policy: PreemptionPolicy, now: int) -> bool:
     """Whether `victim` may move to make room for `job`: a running, preemptible job of its GPU type, smaller than
     the gang, past its minimum runtime, never moved for this gang before."""
-    return (victim.job_id != job.job_id and victim.gpu_type == job.gpu_type and victim.preemptible
-            and victim.state in (JobState.RUNNING, JobState.PLACED) and victim.held_gpus < job.min_gpus
-            and victim.running_since is not None and now - victim.running_since >= policy.min_runtime_ms
-            and job.job_id not in victim.yielded_to)
+    return (victim.gpu_type == job.gpu_type and victim.held_gpus < job.min_gpus and _moves_for_another(job, victim)
+            and _may_move(victim, policy, now))
 
 
-def moves_for(state: CellState, job: Job, ctx: Context, heads: dict | None = None) -> tuple[list[Job], Placement] | None:
+def _may_move(victim: Job, policy: PreemptionPolicy, now: int) -> bool:
+    """What `movable` asks of the victim alone."""
+    return (victim.preemptible and victim.state in (JobState.RUNNING, JobState.PLACED)
+            and victim.running_since is not None and now - victim.running_since >= policy.min_runtime_ms)
+
+
+def _moves_for_another(job: Job, victim: Job) -> bool:
+    return victim.job_id != job.job_id and job.job_id not in victim.yielded_to
+
+
+def moves_for(state: CellState, job: Job, ctx: Context, memo: dict | None = None) -> tuple[list[Job], Placement] | None:
     """The running jobs to move so that `job` is placed, and its placement; None when its GPUs are not free in number
     (wherever they are), its quota does not admit it now, its admission would delay its team's head, or no set of
-    smaller jobs that all fit elsewhere makes room. `heads` keeps each team's head and its start for the calls of one
-    decision (nothing changes between them); the tests run cheapest first."""
+    smaller jobs that all fit elsewhere makes room. `memo` keeps what the calls of one decision share (nothing
+    changes between them): each team's head and its start, the jobs of each GPU type that may move. The tests run
+    cheapest first."""
     policy, now = ctx.policy, ctx.now
+    memo = {} if memo is None else memo
     if state.cluster.free_gpus(job.gpu_type) < job.min_gpus:
         return None
     if not quota_fit(state.tenancy, job, policy.admission.borrowing, state.tenancy.committed(job))[1].fits:
         return None  # not placement alone: moving others would not admit it
-    if _delays_its_head(state, job, policy, now, {} if heads is None else heads):
+    if _delays_its_head(state, job, policy, now, memo.setdefault("heads", {})):
         return None
     after = AfterEviction(state, job, ctx)
     if after.admissible():
         return None  # the admitter places it as the cell stands
-    started_by = now - policy.preemption.min_runtime_ms
-    nodes = state.cluster.nodes
-    order = []
-    for team in sorted(state.running_by_team):
-        for victim_id in state.running_before(team, started_by):
-            victim = state.jobs[victim_id]
-            if movable(job, victim, policy.preemption, now):
-                # the smallest first, from the emptiest nodes (one such move may free a whole node), least work lost
-                free = max((nodes[n].free for _, n, _ in victim.assignments if n in nodes), default=0)
-                order.append(((victim.held_gpus, -free, lost_work_gpu_ms(victim, now), victim.job_id), victim))
-    order.sort(key=lambda c: c[0])
+    movers = memo.get(("movers", job.gpu_type))
+    if movers is None:
+        movers = memo[("movers", job.gpu_type)] = _movers(state, job.gpu_type, policy.preemption, now)
+    smaller = bisect_left(movers, job.min_gpus, key=_held_gpus)
+    order = [c for c in movers[:smaller] if _moves_for_another(job, c[1])]
     # a move is a preemption: no other team moves below its nominal quota, as for any other
     chosen = greedy(after, eligible(state, job, order, staying(state, after.usage), policy.preemption.keep_nominal))
     if not chosen:
@@ -73,6 +78,25 @@ def moves_for(state: CellState, job: Job, ctx: Context, heads: dict | None = Non
     if not chosen or not _all_fit_elsewhere(state, placement, chosen, ctx):
         return None
     return chosen, placement
+
+
+def _movers(state: CellState, gpu_type: str, policy: PreemptionPolicy, now: int) -> list[tuple[tuple, Job]]:
+    """The running jobs of `gpu_type` that may move (for a gang bigger than they are), in the order moves are
+    tried: the smallest first, from the emptiest nodes (one such move may free a whole node), least work lost."""
+    nodes = state.cluster.nodes
+    out = []
+    for team in sorted(state.running_by_team):
+        for victim_id in state.running_before(team, now - policy.min_runtime_ms):
+            victim = state.jobs[victim_id]
+            if victim.gpu_type == gpu_type and _may_move(victim, policy, now):
+                free = max((nodes[n].free for _, n, _ in victim.assignments if n in nodes), default=0)
+                out.append(((victim.held_gpus, -free, lost_work_gpu_ms(victim, now), victim.job_id), victim))
+    out.sort(key=lambda c: c[0])
+    return out
+
+
+def _held_gpus(candidate: tuple[tuple, Job]) -> int:
+    return candidate[0][0]
 
 
 def _delays_its_head(state: CellState, job: Job, policy: Policy, now: int, heads: dict) -> bool:

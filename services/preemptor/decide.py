@@ -195,8 +195,8 @@ def _waited_enough(job: Job, now: int, wait_ms: int) -> bool:
 
 def preempt_for(state: CellState, job: Job, ctx: Context, memo: dict | None = None) -> list[m.Decision]:
     """A CapacityHeld for the victims that make `job` admissible and the placement it would get, or nothing.
-    `memo` is shared by the calls of one decision: victims in other teams (see `candidates`) and, under "heads",
-    each team's head and its expected start (see `moves_for`)."""
+    `memo` is shared by the calls of one decision: victims in other teams (see `candidates`), and what consolidation
+    keeps (see `moves_for`)."""
     policy = ctx.policy.preemption
     if (not _waited_enough(job, ctx.now, policy.wait_before_preempting_ms) or job.has_hold
             or any(state.jobs[v].preempted_for == job.job_id for v in state.preempting)):
@@ -242,7 +242,7 @@ def preempt_for(state: CellState, job: Job, ctx: Context, memo: dict | None = No
 
 def _consolidate(state: CellState, job: Job, ctx: Context, memo: dict | None) -> list[m.Decision]:
     """A hold for the gang on whole nodes that smaller jobs leave by moving elsewhere, or nothing."""
-    moves = moves_for(state, job, ctx, None if memo is None else memo.setdefault("heads", {}))
+    moves = moves_for(state, job, ctx, memo)
     return [] if moves is None else [_held(job, *moves, ctx, Reason.CONSOLIDATED)]
 
 
