@@ -80,6 +80,11 @@ class CellState:
     #: How many folds may have given an attempt a start a limit counts from (an admission, all workers started) or
     #: brought one back (an overlay lifted): between two equal counts, limits only went away (services/recovery).
     starts: int = field(default=0, compare=False, repr=False)
+    #: How many of the folds `changes` counts only restated why a gang waits (a JobQueued that neither drops nor
+    #: makes a reservation), and how many completed checkpoints were folded: the preemptor reads no stated reason
+    #: but reads checkpoints, so its caches hold while `changes - restated` and `checkpoints` stay (services/preemptor).
+    restated: int = field(default=0, compare=False, repr=False)
+    checkpoints: int = field(default=0, compare=False, repr=False)
     memo: dict = field(default_factory=dict, compare=False, repr=False)
     #: Ids of the jobs that changed state or GPUs since a reader of the holding jobs last looked (None: no reader
     #: keeps an index of them; services/core/heads.py does), so the reader redoes those alone.

@@ -347,6 +347,8 @@ def _job_queued(state: CellState, e: m.JobQueued, offset: int) -> None:
     job = state.jobs.get(e.job_id)
     if job is None or job.state is not JobState.QUEUED:
         return
+    if not (job.reserved_nodes or e.reserved_nodes):
+        state.restated += 1  # only its reason and its notes change
     _decided_about(state, e, offset)
     _note(job, e, offset)
     _drop_reservation(state, job)
@@ -511,6 +513,7 @@ def _checkpoint_completed(state: CellState, e: m.CheckpointCompleted, offset: in
     if job is not None and job.attempt == e.attempt and not job.ended:
         if job.checkpoint is None or e.progress_ms >= job.checkpoint.progress_ms:
             job.checkpoint = Checkpoint(e.checkpoint_id, e.progress_ms, _at(state, e))
+            state.checkpoints += 1
 
 
 def _preemption_requested(state: CellState, e: m.PreemptionRequested, offset: int) -> None:

@@ -80,7 +80,7 @@ class Preemptor:
         if isinstance(event, m.JobQueued):
             job = state.jobs.get(event.job_id)
             if job is not None:
-                decisions.extend(preempt_for(state, job, ctx))
+                decisions.extend(preempt_for(state, job, ctx, _shared(state, ctx)))
         return decisions
 
 
@@ -97,7 +97,7 @@ def tick(state: CellState, ctx: Context) -> list[m.Decision]:
             decisions.append(_preempted(victim, Reason.CHECKPOINT_DEADLINE_PASSED, checkpoint, ctx))
     gated = _time_sharing_gated(state, ctx)
     waiting = _may_preempt(state, gated, CANDIDATES_PER_TICK) if gated.policy.preemption.enabled else []
-    memo: dict = {}  # victims alike for several gangs: nothing changes between them
+    memo = _shared(state, gated)
     for job in itertools.islice(queue_order(state, waiting, gated.policy.admission), CANDIDATES_PER_TICK):
         chosen = preempt_for(state, job, gated, memo)
         decisions.extend(chosen)
@@ -106,6 +106,17 @@ def tick(state: CellState, ctx: Context) -> list[m.Decision]:
     remember(state, "preemptor", ctx,
              None if decisions or waiting else quiet_until(state, gated.policy.preemption, ctx.now))
     return decisions
+
+
+def _shared(state: CellState, ctx: Context) -> dict:
+    """What `preempt_for`'s calls share (victims alike for several gangs, consolidation's heads and movers) while
+    nothing they read changes: the same time and policy, no fold since but ones that only restate why a gang waits
+    (an admission cycle's burst of them asks for a look at each), no checkpoint folded since."""
+    key = (state.changes - state.restated, state.checkpoints, ctx.now, ctx.policy)
+    kept = state.memo.get("preemptor/shared")
+    if kept is None or kept[0] != key:
+        kept = state.memo["preemptor/shared"] = (key, {})
+    return kept[1]
 
 
 def quiet_until(state: CellState, policy: PreemptionPolicy, now: int) -> int:
@@ -195,8 +206,8 @@ def _waited_enough(job: Job, now: int, wait_ms: int) -> bool:
 
 def preempt_for(state: CellState, job: Job, ctx: Context, memo: dict | None = None) -> list[m.Decision]:
     """A CapacityHeld for the victims that make `job` admissible and the placement it would get, or nothing.
-    `memo` is shared by the calls of one decision: victims in other teams (see `candidates`), and what consolidation
-    keeps (see `moves_for`)."""
+    `memo` is shared by the calls that see the same state (`_shared`): victims in other teams (see `candidates`), and
+    what consolidation keeps (see `moves_for`)."""
     policy = ctx.policy.preemption
     if (not _waited_enough(job, ctx.now, policy.wait_before_preempting_ms) or job.has_hold
             or any(state.jobs[v].preempted_for == job.job_id for v in state.preempting)):
