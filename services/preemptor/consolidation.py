@@ -47,14 +47,18 @@ def _moves_for_another(job: Job, victim: Job) -> bool:
 def moves_for(state: CellState, job: Job, ctx: Context, memo: dict | None = None) -> tuple[list[Job], Placement] | None:
     """The running jobs to move so that `job` is placed, and its placement; None when its GPUs are not free in number
     (wherever they are), its quota does not admit it now, its admission would delay its team's head, or no set of
-    smaller jobs that all fit elsewhere makes room. `memo` keeps what the calls of one decision share (nothing
-    changes between them): each team's head and its start, the jobs of each GPU type that may move. The tests run
+    smaller jobs that all fit elsewhere makes room. `memo` keeps what calls on the same state share: quota fits,
+    each team's head and its start, the jobs of each GPU type that may move. The tests run
     cheapest first."""
     policy, now = ctx.policy, ctx.now
     memo = {} if memo is None else memo
     if state.cluster.free_gpus(job.gpu_type) < job.min_gpus:
         return None
-    if not quota_fit(state.tenancy, job, policy.admission.borrowing, state.tenancy.committed(job))[1].fits:
+    fits = memo.setdefault("quota", {})  # quota_fit reads of the job only these fields
+    key = (job.team, job.gpu_type, job.workers, job.gpus_per_worker, job.min_workers, job.held_quota)
+    if key not in fits:
+        fits[key] = quota_fit(state.tenancy, job, policy.admission.borrowing, state.tenancy.committed(job))[1].fits
+    if not fits[key]:
         return None  # not placement alone: moving others would not admit it
     if _delays_its_head(state, job, policy, now, memo.setdefault("heads", {})):
         return None

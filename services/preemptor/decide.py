@@ -96,8 +96,8 @@ def tick(state: CellState, ctx: Context) -> list[m.Decision]:
             checkpoint = victim.checkpoint.checkpoint_id if victim.checkpoint else None
             decisions.append(_preempted(victim, Reason.CHECKPOINT_DEADLINE_PASSED, checkpoint, ctx))
     gated = _time_sharing_gated(state, ctx)
-    waiting = _may_preempt(state, gated, CANDIDATES_PER_TICK) if gated.policy.preemption.enabled else []
     memo = _shared(state, gated)
+    waiting = _may_preempt(state, gated, CANDIDATES_PER_TICK, memo) if gated.policy.preemption.enabled else []
     for job in itertools.islice(queue_order(state, waiting, gated.policy.admission), CANDIDATES_PER_TICK):
         chosen = preempt_for(state, job, gated, memo)
         decisions.extend(chosen)
@@ -150,25 +150,17 @@ def _preempted(victim: Job, reason: Reason, checkpoint_id: str | None, ctx: Cont
                           for_job_id=victim.preempted_for or "", checkpoint_id=checkpoint_id)
 
 
-def _may_preempt(state: CellState, ctx: Context, first: int) -> list[Job]:
+def _may_preempt(state: CellState, ctx: Context, first: int, memo: dict) -> list[Job]:
     """The waiting gangs that may be entitled to victims now (`preempt_for` looks no further at the others), in
     no particular order (queue_order sorts them by a total key), at most the `first` of each group of equal needs
     and every moving gang: a group's members share all of the queue's key but their rank, in which the group is
     sorted, and whether they move (which goes first). A group of equal needs shares what the tests read besides a
     member's priority and wait, so they look at each group once."""
     beneficiaries = {state.jobs[v].preempted_for for v in state.preempting}
-    usage = state.tenancy.committed()
     policy = ctx.policy.preemption
-    entitled: dict[tuple, bool] = {}  # the entitlement test depends only on these fields of the job
     free: dict[str, int] = {}  # free GPUs per type: with consolidation, a gang they add up to may have moves
     out: dict[str, Job] = {}
     jobs, now, wait = state.jobs, ctx.now, policy.wait_before_preempting_ms
-
-    def entitled_to(job: Job, needs: tuple) -> bool:
-        key = (job.team, job.gpu_type, job.min_gpus, job.priority, needs[-1])
-        if key not in entitled:
-            entitled[key] = may_have_victims(state, job, policy, usage, now)
-        return entitled[key]
 
     def may(job: Job) -> bool:
         return _waited_enough(job, now, wait) and job.job_id not in beneficiaries and not job.has_hold
@@ -182,7 +174,7 @@ def _may_preempt(state: CellState, ctx: Context, first: int) -> list[Job]:
         taken, i = 0, 0
         while i < len(members) and taken < first:
             job = jobs[members[i][1]]
-            if not moves and not entitled_to(job, needs):  # nor is the rest of its priority, ranked after it
+            if not moves and not _entitled(state, job, policy, now, memo):  # nor the rest of its priority, after it
                 i = bisect_right(members, members[i][0][0], lo=i, key=_priority_of)
                 continue
             if may(job):
@@ -191,9 +183,18 @@ def _may_preempt(state: CellState, ctx: Context, first: int) -> list[Job]:
             i += 1
     for job_id in sorted(state.moving - out.keys()):  # past the first of their group, but first in the queue
         needs = state.queued_under(job_id)
-        if needs is not None and may(jobs[job_id]) and (moves_in[needs] or entitled_to(jobs[job_id], needs)):
+        if needs is not None and may(jobs[job_id]) and (moves_in[needs] or _entitled(state, jobs[job_id], policy, now, memo)):
             out[job_id] = jobs[job_id]
     return list(out.values())
+
+
+def _entitled(state: CellState, job: Job, policy: PreemptionPolicy, now: int, memo: dict) -> bool:
+    """`may_have_victims` on the state's committed quota, which reads of the job only these fields: kept in `memo`."""
+    entitled = memo.setdefault("entitled", {})
+    key = (job.team, job.gpu_type, job.min_gpus, job.priority, job.service_band)
+    if key not in entitled:
+        entitled[key] = may_have_victims(state, job, policy, state.tenancy.committed(), now)
+    return entitled[key]
 
 
 def _priority_of(member: tuple[tuple, str]) -> int:
@@ -212,7 +213,7 @@ def preempt_for(state: CellState, job: Job, ctx: Context, memo: dict | None = No
     if (not _waited_enough(job, ctx.now, policy.wait_before_preempting_ms) or job.has_hold
             or any(state.jobs[v].preempted_for == job.job_id for v in state.preempting)):
         return []
-    if not may_have_victims(state, job, policy, state.tenancy.committed(), ctx.now):
+    if not _entitled(state, job, policy, ctx.now, {} if memo is None else memo):
         return _consolidate(state, job, ctx, memo) if policy.consolidate else []
     after = AfterEviction(state, job, ctx)
     ranked = candidates(state, job, policy, ctx.now, after.usage, memo)

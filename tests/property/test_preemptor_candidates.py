@@ -26,7 +26,7 @@ SCENARIOS = sorted((Path(__file__).resolve().parents[1] / "scenarios").glob("*.y
 def decisions(play, every_member: bool, monkeypatch, afresh: bool = False) -> list[m.Event]:
     if every_member:
         looks = preemptor._may_preempt
-        monkeypatch.setattr(preemptor, "_may_preempt", lambda state, ctx, first: looks(state, ctx, 10**9))
+        monkeypatch.setattr(preemptor, "_may_preempt", lambda state, ctx, first, memo: looks(state, ctx, 10**9, memo))
     if afresh:
         monkeypatch.setattr(preemptor, "_shared", lambda state, ctx: {})
     return [e for e in play().cell.log if e.is_decision]
@@ -79,15 +79,15 @@ def test_a_tick_reads_the_first_of_a_group_and_every_moving_gang():
     cell = _twelve_alike_behind_low_priority_work()
     state = cell.state
     ctx = Context("preemptor", m.Tick(envelope=cell.log[-1].envelope), state.offset, cell.policy, at=state.now)
-    every = preemptor._may_preempt(state, ctx, 10**9)
+    every = preemptor._may_preempt(state, ctx, 10**9, {})
     assert len(every) >= 10
-    first = preemptor._may_preempt(state, ctx, 3)
+    first = preemptor._may_preempt(state, ctx, 3, {})
     ordered = [j.job_id for j in queue_order(state, every, cell.policy.admission)]
     assert sorted(j.job_id for j in first) == ordered[:3]
     last = state.jobs[ordered[-1]]
     last.moving = True
     state.set_state(last, last.state)  # as the fold of its consolidation would index it
-    assert sorted(j.job_id for j in preemptor._may_preempt(state, ctx, 3)) == sorted([*ordered[:3], last.job_id])
+    assert sorted(j.job_id for j in preemptor._may_preempt(state, ctx, 3, {})) == sorted([*ordered[:3], last.job_id])
 
 
 def test_looks_share_across_restated_reasons_only():
