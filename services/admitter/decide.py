@@ -36,7 +36,7 @@ from services.core.placement import (
     shadow_times,
 )
 from services.core.queue import WaitingGangs, least_attained_service, order_key
-from services.core.quiet import first_after, is_quiet, remember
+from services.core.quiet import first_after, is_quiet, remember, waiting_moments
 from services.core.quota import quota_fit
 
 if TYPE_CHECKING:  # the knobs are a value the caller passes in
@@ -117,14 +117,8 @@ def quiet_until(state: CellState, policy: AdmissionPolicy, now: int, compared: S
     shadow times of reservations, the heads' expected starts, the next release of each GPU type it looked at),
     and `now` plus a waiting gang's time limit with the latter. A comparison with a time changes its outcome only
     where `now` reaches it or one past it; one with a time less a limit, one past that."""
-    jobs, after = state.jobs, policy.reservation_after_ms
-    moments = [jobs[j].hold_until for j in state.holds]
-    for job in map(jobs.__getitem__, state.queued):  # only what is not past: first_after looks at no other
-        back = job.not_before
-        if back >= now:
-            moments.append(back)
-        if (job.submitted_at if job.submitted_at > back else back) + after >= now:
-            moments.append(max(job.submitted_at, back) + after)
+    moments = [state.jobs[j].hold_until for j in state.holds]
+    moments += waiting_moments(state, policy.reservation_after_ms, now)
     until = first_after((*moments, *compared), now)
     ordered = sorted({limit for counts in state.queued_limits.values() for limit, n in counts.items()
                       if limit is not None and n})

@@ -36,3 +36,17 @@ def first_after(moments: Iterable[int], now: int) -> int:
     """The first time after `now` at which a comparison of `now` with one of `moments` (before, at or past it) may
     come out otherwise: the moment itself, or one past it for a moment of now."""
     return min([moment if moment > now else now + 1 for moment in moments if moment >= now], default=NEVER)
+
+
+def waiting_moments(state: CellState, wait_ms: int, now: int) -> list[int]:
+    """The times not yet past at which a waiting gang comes back from backing off, or has waited `wait_ms` (from
+    its submission or its return, whichever is later): all `first_after` needs of them."""
+    moments = []
+    for job in map(state.jobs.__getitem__, state.queued):
+        back = job.not_before
+        if back >= now:
+            moments.append(back)
+        waited = (job.submitted_at if job.submitted_at > back else back) + wait_ms
+        if waited >= now:
+            moments.append(waited)
+    return moments

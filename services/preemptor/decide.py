@@ -31,7 +31,7 @@ from projections.jobs import Job, JobState
 from services.core.decider import Context
 from services.core.placement import Placement
 from services.core.queue import queue_order, service_varies
-from services.core.quiet import first_after, is_quiet, remember
+from services.core.quiet import first_after, is_quiet, remember, waiting_moments
 from services.preemptor.consolidation import homeless, movable, moves_for
 from services.preemptor.eviction import AfterEviction, greedy, plan, stale
 from services.preemptor.policy import PreemptionPolicy
@@ -126,10 +126,7 @@ def quiet_until(state: CellState, policy: PreemptionPolicy, now: int) -> int:
     lower band). Everything else these tests read is the state's."""
     jobs = state.jobs
     moments = [jobs[j].preemption_deadline for j in state.preempting if jobs[j].preemption_deadline is not None]
-    for job_id in state.queued:
-        job = jobs[job_id]
-        moments.append(job.not_before)
-        moments.append(max(job.submitted_at, job.not_before) + policy.wait_before_preempting_ms)
+    moments += waiting_moments(state, policy.wait_before_preempting_ms, now)
     if policy.time_share != "Never":
         for running in state.running_by_team.values():
             moments.extend(at for _, j in running if (at := jobs[j].next_band_at(now)) is not None)
