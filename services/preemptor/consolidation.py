@@ -48,8 +48,7 @@ def moves_for(state: CellState, job: Job, ctx: Context, memo: dict | None = None
     """The running jobs to move so that `job` is placed, and its placement; None when its GPUs are not free in number
     (wherever they are), its quota does not admit it now, its admission would delay its team's head, or no set of
     smaller jobs that all fit elsewhere makes room. `memo` keeps what calls on the same state share: quota fits,
-    each team's head and its start, the jobs of each GPU type that may move. The tests run
-    cheapest first."""
+    each team's head and its start, the jobs of each GPU type that may move. The tests run cheapest first."""
     policy, now = ctx.policy, ctx.now
     memo = {} if memo is None else memo
     if state.cluster.free_gpus(job.gpu_type) < job.min_gpus:

@@ -109,8 +109,8 @@ def tick(state: CellState, ctx: Context) -> list[m.Decision]:
 
 
 def _shared(state: CellState, ctx: Context) -> dict:
-    """What `preempt_for`'s calls share (victims alike for several gangs, consolidation's heads and movers) while
-    nothing they read changes: the same time and policy, no fold since but ones that only restate why a gang waits
+    """What `preempt_for`'s calls share (entitlements, victims alike for several gangs, consolidation's quota fits,
+    heads and movers) while nothing they read changes: the same time and policy, no fold since but ones that only restate why a gang waits
     (an admission cycle's burst of them asks for a look at each), no checkpoint folded since."""
     key = (state.changes - state.restated, state.checkpoints, ctx.now, ctx.policy)
     kept = state.memo.get("preemptor/shared")
@@ -180,8 +180,9 @@ def _may_preempt(state: CellState, ctx: Context, first: int, memo: dict) -> list
             i += 1
     for job_id in sorted(state.moving - out.keys()):  # past the first of their group, but first in the queue
         needs = state.queued_under(job_id)
-        if needs is not None and may(jobs[job_id]) and (moves_in[needs] or _entitled(state, jobs[job_id], policy, now, memo)):
-            out[job_id] = jobs[job_id]
+        job = jobs[job_id]
+        if needs is not None and may(job) and (moves_in[needs] or _entitled(state, job, policy, now, memo)):
+            out[job_id] = job
     return list(out.values())
 
 

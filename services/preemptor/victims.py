@@ -154,10 +154,11 @@ def lost_work_gpu_ms(victim: Job, now: int) -> int:
 
 
 def candidates(state: CellState, job: Job, policy: PreemptionPolicy, now: int, usage: Usage,
-               memo: dict[tuple, list[tuple[tuple, Job]]] | None = None) -> list[tuple[tuple, Job]]:
+               memo: dict | None = None) -> list[tuple[tuple, Job]]:
     """Possible victims with their sort key: reclaim before priority, least lost work, biggest first. A job
     already preempted once for this gang is not preempted for it again. `memo` keeps the victims in other teams
-    for gangs alike in what they depend on, while neither the state, `now` nor `usage` changes (one decision)."""
+    for gangs alike in what they depend on, while neither the state, `now` nor `usage` changes (see `_shared` in
+    services/preemptor/decide.py)."""
     team_rules = rules(state, job.team, policy)
     within = within_nominal(state, job, usage)
     lowest = _lowest_priority(state)
