@@ -44,13 +44,12 @@ def _moves_for_another(job: Job, victim: Job) -> bool:
     return victim.job_id != job.job_id and job.job_id not in victim.yielded_to
 
 
-def moves_for(state: CellState, job: Job, ctx: Context, memo: dict | None = None) -> tuple[list[Job], Placement] | None:
+def moves_for(state: CellState, job: Job, ctx: Context, memo: dict) -> tuple[list[Job], Placement] | None:
     """The running jobs to move so that `job` is placed, and its placement; None when its GPUs are not free in number
     (wherever they are), its quota does not admit it now, its admission would delay its team's head, or no set of
     smaller jobs that all fit elsewhere makes room. `memo` keeps what calls on the same state share: quota fits,
     each team's head and its start, the jobs of each GPU type that may move. The tests run cheapest first."""
     policy, now = ctx.policy, ctx.now
-    memo = {} if memo is None else memo
     if state.cluster.free_gpus(job.gpu_type) < job.min_gpus:
         return None
     fits = memo.setdefault("quota", {})  # quota_fit reads of the job only these fields
@@ -108,9 +107,7 @@ def _delays_its_head(state: CellState, job: Job, policy: Policy, now: int, heads
     if job.team not in heads:
         head = team_head(state, job.team, las=least_attained_service(state, policy.admission))
         drains = head is not None and may_drain(state, head, policy.admission.max_drain_share)
-        heads[job.team] = (head, None)
-        if drains:
-            heads[job.team] = (head, head_start(state, head, now, policy))
+        heads[job.team] = (head, head_start(state, head, now, policy) if drains else None)
     head, start = heads[job.team]
     return start is not None and guards(head, job, state.holds) and start.delayed_by(job, job.min_gpus, now)
 

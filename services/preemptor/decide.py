@@ -207,11 +207,11 @@ def preempt_for(state: CellState, job: Job, ctx: Context, memo: dict | None = No
     """A CapacityHeld for the victims that make `job` admissible and the placement it would get, or nothing.
     `memo` is shared by the calls that see the same state (`_shared`): victims in other teams (see `candidates`), and
     what consolidation keeps (see `moves_for`)."""
-    policy = ctx.policy.preemption
+    policy, memo = ctx.policy.preemption, {} if memo is None else memo
     if (not _waited_enough(job, ctx.now, policy.wait_before_preempting_ms) or job.has_hold
             or any(state.jobs[v].preempted_for == job.job_id for v in state.preempting)):
         return []
-    if not _entitled(state, job, policy, ctx.now, {} if memo is None else memo):
+    if not _entitled(state, job, policy, ctx.now, memo):
         return _consolidate(state, job, ctx, memo) if policy.consolidate else []
     after = AfterEviction(state, job, ctx)
     ranked = candidates(state, job, policy, ctx.now, after.usage, memo)
@@ -250,7 +250,7 @@ def preempt_for(state: CellState, job: Job, ctx: Context, memo: dict | None = No
     return [_held(job, chosen, placement, ctx, Reason.HELD_FOR_PREEMPTION)]
 
 
-def _consolidate(state: CellState, job: Job, ctx: Context, memo: dict | None) -> list[m.Decision]:
+def _consolidate(state: CellState, job: Job, ctx: Context, memo: dict) -> list[m.Decision]:
     """A hold for the gang on whole nodes that smaller jobs leave by moving elsewhere, or nothing."""
     moves = moves_for(state, job, ctx, memo)
     return [] if moves is None else [_held(job, *moves, ctx, Reason.CONSOLIDATED)]
