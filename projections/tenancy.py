@@ -91,6 +91,7 @@ class Tenancy:
     _pools: dict[str, list[str]] = field(default_factory=dict, repr=False, compare=False)
     _pool_sizes: dict[tuple[str, str], int] = field(default_factory=dict, repr=False, compare=False)
     _pool_guaranteed: dict[tuple[str, str], list] = field(default_factory=dict, repr=False, compare=False)
+    _pool_nominal: dict[tuple[str, str], int] = field(default_factory=dict, repr=False, compare=False)
     #: counts the changes of configuration and usage, so a reader can tell cheaply whether either changed
     changes: int = field(default=0, repr=False, compare=False)
 
@@ -99,6 +100,7 @@ class Tenancy:
         self._pools.clear()
         self._pool_sizes.clear()
         self._pool_guaranteed.clear()
+        self._pool_nominal.clear()
 
     def root_cohort(self, cohort: str | None) -> str | None:
         seen = set()
@@ -185,14 +187,21 @@ class Tenancy:
     def dominant_share_milli(self, team: str, usage: dict[tuple[str, str], int] | None = None) -> int:
         """Weighted dominant share: max over GPU types of usage / pool nominal, per weight, in thousandths."""
         usage = self.usage if usage is None else usage
-        weight = self.teams[team].weight_milli if team in self.teams else 1000
+        weight = max(self.teams[team].weight_milli if team in self.teams else 1000, 1)
         share = 0
-        for (t, gpu_type), used in sorted(usage.items()):
+        for (t, gpu_type), used in usage.items():  # a maximum: any order gives it
             if t != team or used == 0:
                 continue
-            total = sum(self.quota(m, gpu_type).nominal for m in self.pool_members(team)) or 1
-            share = max(share, used * 1_000_000 // (total * max(weight, 1)))
+            share = max(share, used * 1_000_000 // (self.pool_nominal(team, gpu_type) * weight))
         return share
+
+    def pool_nominal(self, team: str, gpu_type: str) -> int:
+        """The nominal quotas of a GPU type summed over `team`'s lending pool (at least 1: a share's divisor)."""
+        total = self._pool_nominal.get((team, gpu_type))
+        if total is None:
+            total = self._pool_nominal[(team, gpu_type)] = sum(
+                self.quota(m, gpu_type).nominal for m in self.pool_members(team)) or 1
+        return total
 
     def idle_lendable(self, team: str, gpu_type: str, usage: Mapping[tuple[str, str], int] | None = None) -> int:
         """GPUs of `team`'s lendable nominal it is not using itself."""

@@ -271,7 +271,7 @@ def admissible_now(state: CellState, head: Job, now: int, policy: Policy) -> boo
 
 def head_start(state: CellState, head: Job, now: int, policy: Policy) -> HeadStart:
     """The plain definition on a folded state: the head's expected start."""
-    free = sum(n.free for n in state.cluster.of_type(head.gpu_type) if n.schedulable) + held_free(state, head)
+    free = state.cluster.free_gpus(head.gpu_type) + held_free(state, head)
     usage = state.tenancy.committed(head)
     return expected_start(state.tenancy, head, now, free, usage, policy.admission.borrowing,
                           releases(state, head.gpu_type), admissible_now(state, head, now, policy),

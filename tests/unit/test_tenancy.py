@@ -1,0 +1,38 @@
+"""The weighted dominant share that orders teams under fair share: usage over the pool's nominal, per weight."""
+
+from __future__ import annotations
+
+from projections.cell import CellState
+from projections.evolve import evolve
+from tests.builders import quota, team
+
+
+def tenancy_of(*events):
+    state = CellState()
+    for offset, event in enumerate(events):
+        assert evolve(state, event, offset) is None
+    return state, len(events)
+
+
+def test_share_is_usage_over_the_pools_nominal_per_weight():
+    state, _ = tenancy_of(team("nlp", cohort="all", weight=2.0), team("cv", cohort="all"),
+                          quota("nlp", 60), quota("cv", 40), quota("nlp", 10, gpu_type="A100"))
+    tenancy = state.tenancy
+    tenancy.use(("nlp", "H100"), 50)
+    tenancy.use(("nlp", "A100"), 8)
+    # H100: 50 of the pool's 100, weight 2 -> 250 thousandths; A100: 8 of 10, weight 2 -> 400: the larger counts
+    assert tenancy.dominant_share_milli("nlp") == 400
+    assert tenancy.dominant_share_milli("cv") == 0
+    assert tenancy.dominant_share_milli("nlp", {("nlp", "H100"): 100}) == 500
+
+
+def test_share_follows_a_quota_change_of_another_member():
+    state, offset = tenancy_of(team("nlp", cohort="all"), team("cv", cohort="all"), quota("nlp", 50), quota("cv", 50))
+    tenancy = state.tenancy
+    tenancy.use(("nlp", "H100"), 50)
+    assert tenancy.dominant_share_milli("nlp") == 500
+    assert evolve(state, quota("cv", 150), offset) is None  # the pool now has 200
+    assert tenancy.dominant_share_milli("nlp") == 250
+    assert evolve(state, team("ops", cohort="all"), offset + 1) is None
+    assert evolve(state, quota("ops", 50), offset + 2) is None  # and a new member: 250
+    assert tenancy.dominant_share_milli("nlp") == 200
