@@ -12,7 +12,6 @@ the reservation's shadow time (Slurm's EASY backfill; see services/core/placemen
 
 from __future__ import annotations
 
-from bisect import bisect_right
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
@@ -36,7 +35,7 @@ from services.core.placement import (
     shadow_times,
 )
 from services.core.queue import WaitingGangs, least_attained_service, order_key
-from services.core.quiet import first_after, is_quiet, remember, waiting_moments
+from services.core.quiet import compared_until, first_after, is_quiet, remember, waiting_moments
 from services.core.quota import quota_fit
 
 if TYPE_CHECKING:  # the knobs are a value the caller passes in
@@ -119,14 +118,7 @@ def quiet_until(state: CellState, policy: AdmissionPolicy, now: int, compared: S
     where `now` reaches it or one past it; one with a time less a limit, one past that."""
     moments = [state.jobs[j].hold_until for j in state.holds]
     moments += waiting_moments(state, policy.reservation_after_ms, now)
-    until = first_after((*moments, *compared), now)
-    ordered = sorted({limit for counts in state.queued_limits.values() for limit, n in counts.items()
-                      if limit is not None and n})
-    for moment in compared:
-        i = bisect_right(ordered, moment - now)  # the longest limit for which moment - limit + 1 is after now
-        if i:
-            until = min(until, moment - ordered[i - 1] + 1)
-    return until
+    return min(first_after(moments, now), compared_until(state, compared, now))
 
 
 def unplaceable_after_reconfiguration(state: CellState, ctx: Context) -> list[m.Decision]:

@@ -30,7 +30,7 @@ from projections.jobs import Job, JobState
 from projections.reservations import expected_end
 from projections.tenancy import Tenancy
 from projections.validate import LATEST_MS
-from services.core.placement import CapacityView, Placement, off_limits, place_gang
+from services.core.placement import CapacityView, Placement, off_limits, place_gang, shadow_times
 from services.core.quota import quota_fit
 
 if TYPE_CHECKING:  # the policy is a value the caller passes in
@@ -276,6 +276,22 @@ def head_start(state: CellState, head: Job, now: int, policy: Policy) -> HeadSta
     return expected_start(state.tenancy, head, now, free, usage, policy.admission.borrowing,
                           releases(state, head.gpu_type), admissible_now(state, head, now, policy),
                           bool(head.reserved_nodes))
+
+
+def head_compared(state: CellState, start: HeadStart, now: int) -> list[int]:
+    """The times `head_start` and `HeadStart.delayed_by` compare `now` with, on this folded state: the head's return
+    from backing off, the next release of its GPU type after now (the first chance of a head not admissible now),
+    its known start (which a gang's `now` plus time limit is compared with), and the shadow times of the
+    reservations its placement is checked against (`off_limits`; compared with `now` plus its time limit). A start
+    of now stays now while the head stays admissible, which the rest decides."""
+    head = start.job
+    out = [head.not_before] if head.not_before > now else []
+    out.extend(itertools.islice((r[0] for r in releases(state, head.gpu_type) if r[0] > now), 1))
+    if start.start not in (None, EVENTUALLY, now):
+        out.append(start.start)
+    if head.time_limit_ms is not None:
+        out.extend(shadow for shadow in shadow_times(state, now).values() if shadow is not None and shadow != now)
+    return out
 
 
 class Guard:

@@ -4,7 +4,8 @@ says when (`first_after` the times it compared `now` with). The cache changes no
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from bisect import bisect_right
+from collections.abc import Iterable, Sequence
 
 from projections.cell import CellState
 from projections.validate import LATEST_MS
@@ -50,3 +51,19 @@ def waiting_moments(state: CellState, wait_ms: int, now: int) -> list[int]:
         if waited >= now:
             moments.append(waited)
     return moments
+
+
+def compared_until(state: CellState, compared: Sequence[int], now: int) -> int:
+    """The first time after `now` at which a comparison of `now` with one of the `compared` times, or of `now` plus
+    a waiting gang's time limit with one of them, may come out otherwise: the time itself or one past it, and for
+    a limit L, the time less L plus one (where `now + L` passes it; L is at least 1)."""
+    until = first_after(compared, now)
+    if not compared:
+        return until
+    ordered = sorted({limit for counts in state.queued_limits.values() for limit, n in counts.items()
+                      if limit is not None and n})
+    for moment in compared:
+        i = bisect_right(ordered, moment - now)  # the longest limit for which moment - limit + 1 is after now
+        if i:
+            until = min(until, moment - ordered[i - 1] + 1)
+    return until

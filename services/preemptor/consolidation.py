@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 from projections.cell import CellState
 from projections.jobs import Job, JobState
 from services.core.decider import Context
-from services.core.heads import guards, head_start, may_drain, team_head
+from services.core.heads import guards, head_compared, head_start, may_drain, team_head
 from services.core.placement import CapacityView, Placement, off_limits, place_gang
 from services.core.queue import least_attained_service
 from services.core.quota import quota_fit
@@ -44,11 +44,15 @@ def _moves_for_another(job: Job, victim: Job) -> bool:
     return victim.job_id != job.job_id and job.job_id not in victim.yielded_to
 
 
-def moves_for(state: CellState, job: Job, ctx: Context, memo: dict) -> tuple[list[Job], Placement] | None:
+def moves_for(state: CellState, job: Job, ctx: Context, memo: dict,
+              compared: list[int] | None = None) -> tuple[list[Job], Placement] | None:
     """The running jobs to move so that `job` is placed, and its placement; None when its GPUs are not free in number
     (wherever they are), its quota does not admit it now, its admission would delay its team's head, or no set of
     smaller jobs that all fit elsewhere makes room. `memo` keeps what calls on the same state share: quota fits,
-    each team's head and its start, the jobs of each GPU type that may move. The tests run cheapest first."""
+    each team's head and its start, the jobs of each GPU type that may move. The tests run cheapest first.
+    `compared` receives the times the answer compared `now` with: none for the first two tests (the state's
+    alone), those of the head's expected start for the third (`head_compared`), and `now + 1` past it (a mover's
+    runtime and lost work compare `now` in ways not bounded here)."""
     policy, now = ctx.policy, ctx.now
     if state.cluster.free_gpus(job.gpu_type) < job.min_gpus:
         return None
@@ -58,8 +62,13 @@ def moves_for(state: CellState, job: Job, ctx: Context, memo: dict) -> tuple[lis
         fits[key] = quota_fit(state.tenancy, job, policy.admission.borrowing, state.tenancy.committed(job))[1].fits
     if not fits[key]:
         return None  # not placement alone: moving others would not admit it
-    if _delays_its_head(state, job, policy, now, memo.setdefault("heads", {})):
+    heads = memo.setdefault("heads", {})
+    if _delays_its_head(state, job, policy, now, heads):
+        if compared is not None:
+            compared.extend(heads[job.team][2])
         return None
+    if compared is not None:
+        compared.append(now + 1)
     after = AfterEviction(state, job, ctx)
     if after.admissible():
         return None  # the admitter places it as the cell stands
@@ -107,8 +116,9 @@ def _delays_its_head(state: CellState, job: Job, policy: Policy, now: int, heads
     if job.team not in heads:
         head = team_head(state, job.team, las=least_attained_service(state, policy.admission))
         drains = head is not None and may_drain(state, head, policy.admission.max_drain_share)
-        heads[job.team] = (head, head_start(state, head, now, policy) if drains else None)
-    head, start = heads[job.team]
+        start = head_start(state, head, now, policy) if drains else None
+        heads[job.team] = (head, start, head_compared(state, start, now) if start is not None else ())
+    head, start, _ = heads[job.team]
     return start is not None and guards(head, job, state.holds) and start.delayed_by(job, job.min_gpus, now)
 
 

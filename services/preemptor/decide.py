@@ -31,7 +31,7 @@ from projections.jobs import Job, JobState
 from services.core.decider import Context
 from services.core.placement import Placement
 from services.core.queue import queue_order, service_varies
-from services.core.quiet import first_after, is_quiet, remember, waiting_moments
+from services.core.quiet import compared_until, first_after, is_quiet, remember, waiting_moments
 from services.preemptor.consolidation import homeless, movable, moves_for
 from services.preemptor.eviction import AfterEviction, greedy, plan, stale
 from services.preemptor.policy import PreemptionPolicy
@@ -86,8 +86,10 @@ class Preemptor:
 
 def tick(state: CellState, ctx: Context) -> list[m.Decision]:
     """Victims whose checkpoint deadline passed are preempted; then the most entitled waiting gangs that may have
-    victims look for them, until one finds some. When the last Tick found no deadline passed and no gang that may
-    have victims, on this very state (CellState.changes), that holds until `quiet_until`: the Tick is skipped."""
+    victims look for them, until one finds some. When the last Tick decided nothing on this very state
+    (CellState.changes; a checkpoint is not counted, and only a search for victims reads one), that holds until the
+    first time its tests compared `now` with comes (`quiet_until`, and the times `preempt_for` says it compared):
+    the Tick is skipped."""
     if is_quiet(state, "preemptor", ctx):
         return []
     decisions: list[m.Decision] = []
@@ -98,13 +100,14 @@ def tick(state: CellState, ctx: Context) -> list[m.Decision]:
     gated = _time_sharing_gated(state, ctx)
     memo = _shared(state, gated)
     waiting = _may_preempt(state, gated, CANDIDATES_PER_TICK, memo) if gated.policy.preemption.enabled else []
+    compared: list[int] = []
     for job in itertools.islice(queue_order(state, waiting, gated.policy.admission), CANDIDATES_PER_TICK):
-        chosen = preempt_for(state, job, gated, memo)
+        chosen = preempt_for(state, job, gated, memo, compared)
         decisions.extend(chosen)
         if chosen:
             break  # one beneficiary per tick: the next tick sees its hold and its victims
-    remember(state, "preemptor", ctx,
-             None if decisions or waiting else quiet_until(state, gated.policy.preemption, ctx.now))
+    remember(state, "preemptor", ctx, None if decisions else
+             min(quiet_until(state, gated.policy.preemption, ctx.now), compared_until(state, compared, ctx.now)))
     return decisions
 
 
@@ -203,16 +206,21 @@ def _waited_enough(job: Job, now: int, wait_ms: int) -> bool:
     return job.state is JobState.QUEUED and job.not_before <= now and now - max(job.submitted_at, job.not_before) >= wait_ms
 
 
-def preempt_for(state: CellState, job: Job, ctx: Context, memo: dict | None = None) -> list[m.Decision]:
+def preempt_for(state: CellState, job: Job, ctx: Context, memo: dict | None = None,
+                compared: list[int] | None = None) -> list[m.Decision]:
     """A CapacityHeld for the victims that make `job` admissible and the placement it would get, or nothing.
     `memo` is shared by the calls that see the same state (`_shared`): victims in other teams (see `candidates`), and
-    what consolidation keeps (see `moves_for`)."""
+    what consolidation keeps (see `moves_for`). `compared` receives the times the answer compared `now` with besides
+    those `quiet_until` names (the gang's wait, its entitlement's bands): `now + 1` once victims are searched for
+    (their runtimes, bands and lost work compare `now` in ways not bounded here)."""
     policy, memo = ctx.policy.preemption, {} if memo is None else memo
     if (not _waited_enough(job, ctx.now, policy.wait_before_preempting_ms) or job.has_hold
             or any(state.jobs[v].preempted_for == job.job_id for v in state.preempting)):
         return []
     if not _entitled(state, job, policy, ctx.now, memo):
-        return _consolidate(state, job, ctx, memo) if policy.consolidate else []
+        return _consolidate(state, job, ctx, memo, compared) if policy.consolidate else []
+    if compared is not None:
+        compared.append(ctx.now + 1)
     after = AfterEviction(state, job, ctx)
     ranked = candidates(state, job, policy, ctx.now, after.usage, memo)
     if not ranked or after.admissible():
@@ -250,9 +258,10 @@ def preempt_for(state: CellState, job: Job, ctx: Context, memo: dict | None = No
     return [_held(job, chosen, placement, ctx, Reason.HELD_FOR_PREEMPTION)]
 
 
-def _consolidate(state: CellState, job: Job, ctx: Context, memo: dict) -> list[m.Decision]:
+def _consolidate(state: CellState, job: Job, ctx: Context, memo: dict,
+                 compared: list[int] | None = None) -> list[m.Decision]:
     """A hold for the gang on whole nodes that smaller jobs leave by moving elsewhere, or nothing."""
-    moves = moves_for(state, job, ctx, memo)
+    moves = moves_for(state, job, ctx, memo, compared)
     return [] if moves is None else [_held(job, *moves, ctx, Reason.CONSOLIDATED)]
 
 

@@ -19,13 +19,14 @@ from tests.property.streams import MINUTE, Chooser, DataChooser, RandomChooser
 SETTINGS = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
-def fragmented(c: Chooser):
-    """A 4-node cell (two racks) of 8-GPU nodes; 10-16 small jobs of teams a and b, then 2-4 gangs of whole nodes."""
+def fragmented(c: Chooser, limits: tuple = (None, 120 * MINUTE), enforce_time_limits: bool = True):
+    """A 4-node cell (two racks) of 8-GPU nodes; 10-16 small jobs of teams a and b, then 2-4 gangs of whole nodes.
+    The small jobs' time limits are one of `limits`; without `enforce_time_limits` a job may run past its own."""
     inputs = []
     for i in range(c.int(10, 16)):
         inputs.append({"at": c.int(0, 4) * MINUTE, "submit": {
             "job": f"s{i}", "team": c.one(["a", "b"]), "gpus_per_worker": c.one([1, 2, 2, 4, 6]),
-            "runs_for": c.int(5, 90) * MINUTE, "time_limit": c.one([None, 120 * MINUTE])}})
+            "runs_for": c.int(5, 90) * MINUTE, "time_limit": c.one(list(limits))}})
     for i in range(c.int(2, 4)):
         inputs.append({"at": c.int(5, 40) * MINUTE, "submit": {
             "job": f"g{i}", "team": c.one(["a", "b"]), "workers": c.one([1, 1, 2]), "gpus_per_worker": 8,
@@ -38,7 +39,8 @@ def fragmented(c: Chooser):
         "teams": [{"name": "a", "cohort": "co", "quota": {"H100": c.one([8, 16, 24])}},
                   {"name": "b", "cohort": "co", "quota": {"H100": 16}}],
         "policy": {"preemption": {"consolidate": True, "min_runtime": c.one(["0s", "2m"]),
-                                  "checkpoint_grace": c.one(["0s", "1m"])}},
+                                  "checkpoint_grace": c.one(["0s", "1m"])},
+                   "recovery": {"enforce_time_limits": enforce_time_limits}},
         "agents": {"checkpoint_every": c.one(["5m", None]), "checkpoint_delay": "20s"},
         "tick": "30s", "until": "150m", "inputs": sorted(inputs, key=lambda i: i["at"]),
     }, "fragmented cell")
