@@ -60,23 +60,28 @@ def test_random_streams_decide_the_same_with_quiet_ticks_skipped(data):
         assert decisions(lambda: run(scenario), True, patch) == decisions(lambda: run(scenario), False, patch)
 
 
+def fragmented_cell(chooser, overrun: bool):
+    """A fragmented cell (tests/property/test_consolidation.py); `overrun`: its small jobs may run past time limits
+    that are not enforced, so the heads' expected starts move with time alone as each release they counted on
+    passes."""
+    if overrun:
+        return fragmented(chooser, (20 * MINUTE, 30 * MINUTE, None), enforce_time_limits=False)
+    return fragmented(chooser)
+
+
 @SETTINGS
 @given(st.data())
 def test_fragmented_cells_decide_the_same_with_quiet_ticks_skipped(data):
     """Where consolidation looks for moves and finds a team's head in the way (services/core/heads.py
     `head_compared`), with time limits that give the heads known starts and reservations shadow times."""
-    scenario = fragmented(DataChooser(data))
+    scenario = fragmented_cell(DataChooser(data), overrun=data.draw(st.booleans()))
     with pytest.MonkeyPatch.context() as patch:
         assert decisions(lambda: run(scenario), True, patch) == decisions(lambda: run(scenario), False, patch)
 
 
 def test_seeded_fragmented_cells_decide_the_same_with_quiet_ticks_skipped(monkeypatch):
-    """Also with jobs running past their time limits: the heads' expected starts then move with time alone, as each
-    release they counted on passes."""
     for seed in range(30):
-        overrun = seed % 2 == 1
-        scenario = fragmented(RandomChooser(random.Random(seed)), (20 * MINUTE, 30 * MINUTE, None) if overrun
-                              else (None, 120 * MINUTE), enforce_time_limits=not overrun)
+        scenario = fragmented_cell(RandomChooser(random.Random(seed)), overrun=seed % 2 == 1)
         assert decisions(lambda: run(scenario), True, monkeypatch) == \
             decisions(lambda: run(scenario), False, monkeypatch), seed
 
