@@ -87,9 +87,9 @@ class Preemptor:
 def tick(state: CellState, ctx: Context) -> list[m.Decision]:
     """Victims whose checkpoint deadline passed are preempted; then the most entitled waiting gangs that may have
     victims look for them, until one finds some. When the last Tick decided nothing on this very state
-    (CellState.changes; a checkpoint is not counted, and only a search for victims reads one), that holds until the
-    first time its tests compared `now` with comes (`quiet_until`, and the times `preempt_for` says it compared):
-    the Tick is skipped."""
+    (CellState.changes; checkpoints are not counted: only a search for victims or movers reads them, and such a
+    search ends the quiet at once), that holds until the first time its tests compared `now` with comes
+    (`quiet_until`, and the times `preempt_for` says it compared): the Tick is skipped."""
     if is_quiet(state, "preemptor", ctx):
         return []
     decisions: list[m.Decision] = []
