@@ -64,8 +64,11 @@ def moves_for(state: CellState, job: Job, ctx: Context, memo: dict,
         return None  # not placement alone: moving others would not admit it
     heads = memo.setdefault("heads", {})
     if _delays_its_head(state, job, policy, now, heads):
-        if compared is not None:
-            compared.extend(heads[job.team][2])
+        if compared is not None:  # asked for by a Tick only: kept beside the head's start once computed
+            times = memo.setdefault("head compared", {})
+            if job.team not in times:
+                times[job.team] = head_compared(state, heads[job.team][1], now)
+            compared.extend(times[job.team])
         return None
     if compared is not None:
         compared.append(now + 1)
@@ -116,9 +119,8 @@ def _delays_its_head(state: CellState, job: Job, policy: Policy, now: int, heads
     if job.team not in heads:
         head = team_head(state, job.team, las=least_attained_service(state, policy.admission))
         drains = head is not None and may_drain(state, head, policy.admission.max_drain_share)
-        start = head_start(state, head, now, policy) if drains else None
-        heads[job.team] = (head, start, head_compared(state, start, now) if start is not None else ())
-    head, start, _ = heads[job.team]
+        heads[job.team] = (head, head_start(state, head, now, policy) if drains else None)
+    head, start = heads[job.team]
     return start is not None and guards(head, job, state.holds) and start.delayed_by(job, job.min_gpus, now)
 
 
