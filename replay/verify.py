@@ -25,9 +25,9 @@ from replay.audit.policy import named
 from replay.source import AuditError, add_source_arguments, audited, read_source
 from services.core.decider import Decider
 from services.core.replica import Replica
+from services.deciders import DECIDERS
 from services.policies import UnknownPolicy, resolve
 from services.policy import DEFAULT_POLICY, Policy
-from services.run_cli import DECIDERS
 
 
 @dataclass(frozen=True)
@@ -76,8 +76,13 @@ def verify(logged: Sequence[tuple[int, m.Event]], decider: Decider, policy: Poli
     decisions based past `upto` (events the live service had not reached when it stopped) are not expected to
     be recorded. Raises UnknownPolicy for a recorded version the registry does not know."""
     verdict = Verdict(decider.name)
-    recorded = {e.envelope.event_id: e for _, e in logged if e.is_decision and e.envelope.producer == decider.name}
-    where = {e.envelope.event_id: o for o, e in logged if e.is_decision and e.envelope.producer == decider.name}
+    recorded: dict[str, m.Decision] = {}
+    where: dict[str, int] = {}
+    name = decider.name
+    for o, e in logged:
+        if e.is_decision and e.envelope.producer == name:
+            recorded[e.envelope.event_id] = e
+            where[e.envelope.event_id] = o
     by_basis: dict[int, list[m.Decision]] = {}
     for decision in recorded.values():
         by_basis.setdefault(decision.envelope.basis_offset or 0, []).append(decision)

@@ -18,16 +18,12 @@ from events.clock import VirtualClock, epoch_from_env, run_clock
 from events.command import needs_broker
 from events.topics import cells_from_env, topic_names, topic_prefix
 from projections.store import StoreMismatch
-from services.admitter.decide import Admitter
+from services.deciders import DECIDERS
 from services.intake import REPLICA_NAME, Intake, IntakeNameTaken
-from services.placer.decide import Placer
 from services.policies import UnknownPolicy, resolve
-from services.preemptor.decide import Preemptor
-from services.recovery.decide import Recovery
 from services.shell import ServiceShell
 from services.stop import StopRequest
 
-DECIDERS = {"admitter": Admitter, "placer": Placer, "preemptor": Preemptor, "recovery": Recovery}
 EVERYTHING = (*DECIDERS, "clock", "intake")
 
 

@@ -35,7 +35,7 @@ from services.core.placement import (
     shadow_times,
 )
 from services.core.queue import WaitingGangs, least_attained_service, order_key
-from services.core.quiet import compared_until, first_after, is_quiet, remember, waiting_moments
+from services.core.quiet import compared_until, first_after, first_waiting, is_quiet, remember
 from services.core.quota import quota_fit
 
 if TYPE_CHECKING:  # the knobs are a value the caller passes in
@@ -62,6 +62,7 @@ class Admitter:
     triggers = frozenset({m.JobCancelRequested, *CYCLE_TRIGGERS})
     side_input: frozenset[type] = frozenset()
     answers_refusals = True  # the gate: every record the cell refuses to fold is answered by the admitter
+    only_if: dict = {}
 
     def decide(self, state: CellState, event: m.Event, ctx: Context) -> list[m.Decision]:
         decisions: list[m.Decision] = []
@@ -117,8 +118,8 @@ def quiet_until(state: CellState, policy: AdmissionPolicy, now: int, compared: S
     and `now` plus a waiting gang's time limit with the latter. A comparison with a time changes its outcome only
     where `now` reaches it or one past it; one with a time less a limit, one past that."""
     moments = [state.jobs[j].hold_until for j in state.holds]
-    moments += waiting_moments(state, policy.reservation_after_ms, now)
-    return min(first_after(moments, now), compared_until(state, compared, now))
+    return min(first_after(moments, now), first_waiting(state, policy.reservation_after_ms, now),
+               compared_until(state, compared, now))
 
 
 def unplaceable_after_reconfiguration(state: CellState, ctx: Context) -> list[m.Decision]:

@@ -7,7 +7,7 @@ same decisions out, byte for byte.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
@@ -65,11 +65,14 @@ class Decider(Protocol):
     """A service's pure core: the decisions one event triggers in a state that already includes it.
     `triggers` are the event types it answers; on any other event it decides nothing. `side_input` are the
     event types it reads from outside the main log (heartbeats), which a replay does not have. One decider
-    `answers_refusals`: it writes the RecordRefused for each record the cell refuses to fold."""
+    `answers_refusals`: it writes the RecordRefused for each record the cell refuses to fold. `only_if` holds, for
+    a trigger that mostly decides nothing, a cheap test on the folded state that is False only when `decide` would
+    decide nothing on the event: a replica then spares building its context."""
 
     name: str
     triggers: frozenset[type]
     side_input: frozenset[type]
     answers_refusals: bool
+    only_if: Mapping[type, Callable[[CellState, Event], bool]]
 
     def decide(self, state: CellState, event: Event, ctx: Context) -> list[Decision]: ...

@@ -269,16 +269,18 @@ def admissible_now(state: CellState, head: Job, now: int, policy: Policy) -> boo
     return isinstance(place_gang(view, head, most, policy.placement, off_limits(state, head, now)), Placement)
 
 
-def head_start(state: CellState, head: Job, now: int, policy: Policy) -> HeadStart:
-    """The plain definition on a folded state: the head's expected start."""
+def head_start(state: CellState, head: Job, now: int, policy: Policy,
+               released: list[Release] | None = None) -> HeadStart:
+    """The plain definition on a folded state: the head's expected start (`released`: `releases` of its GPU type on
+    this state, when the caller has them)."""
     free = state.cluster.free_gpus(head.gpu_type) + held_free(state, head)
     usage = state.tenancy.committed(head)
     return expected_start(state.tenancy, head, now, free, usage, policy.admission.borrowing,
-                          releases(state, head.gpu_type), admissible_now(state, head, now, policy),
-                          bool(head.reserved_nodes))
+                          releases(state, head.gpu_type) if released is None else released,
+                          admissible_now(state, head, now, policy), bool(head.reserved_nodes))
 
 
-def head_compared(state: CellState, start: HeadStart, now: int) -> list[int]:
+def head_compared(state: CellState, start: HeadStart, now: int, released: list[Release] | None = None) -> list[int]:
     """The times `head_start` and `HeadStart.delayed_by` compare `now` with, on this folded state: the head's return
     from backing off, the next release of its GPU type after now (the first chance of a head not admissible now),
     its known start (which a gang's `now` plus time limit is compared with), and the shadow times of the
@@ -286,7 +288,8 @@ def head_compared(state: CellState, start: HeadStart, now: int) -> list[int]:
     of now stays now while the head stays admissible, which the rest decides."""
     head = start.job
     out = [head.not_before] if head.not_before > now else []
-    out.extend(itertools.islice((r[0] for r in releases(state, head.gpu_type) if r[0] > now), 1))
+    released = releases(state, head.gpu_type) if released is None else released
+    out.extend(itertools.islice((r[0] for r in released if r[0] > now), 1))
     if start.start not in (None, EVENTUALLY, now):
         out.append(start.start)
     if head.time_limit_ms is not None:

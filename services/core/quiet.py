@@ -39,18 +39,22 @@ def first_after(moments: Iterable[int], now: int) -> int:
     return min([moment if moment > now else now + 1 for moment in moments if moment >= now], default=NEVER)
 
 
-def waiting_moments(state: CellState, wait_ms: int, now: int) -> list[int]:
-    """The times not yet past at which a waiting gang comes back from backing off, or has waited `wait_ms` (from
-    its submission or its return, whichever is later): all `first_after` needs of them."""
-    moments = []
+def first_waiting(state: CellState, wait_ms: int, now: int) -> int:
+    """`first_after` the times not yet past at which a waiting gang comes back from backing off, or has waited
+    `wait_ms` (from its submission or its return, whichever is later), computed in one pass over the queue."""
+    first, soon = NEVER, now + 1
     for job in map(state.jobs.__getitem__, state.queued):
         back = job.not_before
         if back >= now:
-            moments.append(back)
+            at = back if back > now else soon
+            if at < first:
+                first = at
         waited = (job.submitted_at if job.submitted_at > back else back) + wait_ms
         if waited >= now:
-            moments.append(waited)
-    return moments
+            at = waited if waited > now else soon
+            if at < first:
+                first = at
+    return first
 
 
 def compared_until(state: CellState, compared: Sequence[int], now: int) -> int:

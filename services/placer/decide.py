@@ -25,6 +25,7 @@ class Placer:
     triggers = frozenset(TRIGGERS)
     side_input: frozenset[type] = frozenset()
     answers_refusals = False
+    only_if: dict = {}
 
     def decide(self, state: CellState, event: m.Event, ctx: Context) -> list[m.Decision]:
         if isinstance(event, m.JobAdmitted) and event.assignments:

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 from projections.cell import CellState
 from projections.jobs import Job, JobState
 from services.core.decider import Context
-from services.core.heads import guards, head_compared, head_start, may_drain, team_head
+from services.core.heads import Release, guards, head_compared, head_start, may_drain, releases, team_head
 from services.core.placement import CapacityView, Placement, off_limits, place_gang
 from services.core.queue import least_attained_service
 from services.core.quota import quota_fit
@@ -62,12 +62,12 @@ def moves_for(state: CellState, job: Job, ctx: Context, memo: dict,
         fits[key] = quota_fit(state.tenancy, job, policy.admission.borrowing, state.tenancy.committed(job))[1].fits
     if not fits[key]:
         return None  # not placement alone: moving others would not admit it
-    heads = memo.setdefault("heads", {})
-    if _delays_its_head(state, job, policy, now, heads):
+    if _delays_its_head(state, job, policy, now, memo):
         if compared is not None:  # asked for by a Tick only: kept beside the head's start once computed
             times = memo.setdefault("head compared", {})
             if job.team not in times:
-                times[job.team] = head_compared(state, heads[job.team][1], now)
+                times[job.team] = head_compared(state, memo["heads"][job.team][1], now,
+                                                _released(state, job.gpu_type, memo))
             compared.extend(times[job.team])
         return None
     if compared is not None:
@@ -113,15 +113,32 @@ def _held_gpus(candidate: tuple[tuple, Job]) -> int:
     return candidate[0][0]
 
 
-def _delays_its_head(state: CellState, job: Job, policy: Policy, now: int, heads: dict) -> bool:
+def _delays_its_head(state: CellState, job: Job, policy: Policy, now: int, memo: dict) -> bool:
     """Whether admitting the gang now would push back the expected start of its team's head, which the admitter
-    protects from any other gang (services/core/heads.py, `Guard.blocker`): a move must not let it pass."""
+    protects from any other gang (services/core/heads.py, `Guard.blocker`): a move must not let it pass. Kept in
+    `memo` per team: the head and its start, and the answer for each GPU type, size and time limit (all that
+    `HeadStart.delayed_by` reads of a gang)."""
+    heads = memo.setdefault("heads", {})
     if job.team not in heads:
         head = team_head(state, job.team, las=least_attained_service(state, policy.admission))
         drains = head is not None and may_drain(state, head, policy.admission.max_drain_share)
-        heads[job.team] = (head, head_start(state, head, now, policy) if drains else None)
-    head, start = heads[job.team]
-    return start is not None and guards(head, job, state.holds) and start.delayed_by(job, job.min_gpus, now)
+        heads[job.team] = (head, head_start(state, head, now, policy, _released(state, head.gpu_type, memo))
+                           if drains else None, {})
+    head, start, delays = heads[job.team]
+    if start is None or not guards(head, job, state.holds):
+        return False
+    key = (job.gpu_type, job.min_gpus, job.time_limit_ms)
+    if key not in delays:
+        delays[key] = start.delayed_by(job, job.min_gpus, now)
+    return delays[key]
+
+
+def _released(state: CellState, gpu_type: str, memo: dict) -> list[Release]:
+    """`releases` of the GPU type on this state, kept in `memo`."""
+    key = ("releases", gpu_type)
+    if key not in memo:
+        memo[key] = releases(state, gpu_type)
+    return memo[key]
 
 
 def _all_fit_elsewhere(state: CellState, placement: Placement, victims: list[Job], ctx: Context) -> bool:

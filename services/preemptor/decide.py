@@ -31,7 +31,7 @@ from projections.jobs import Job, JobState
 from services.core.decider import Context
 from services.core.placement import Placement
 from services.core.queue import queue_order, service_varies
-from services.core.quiet import compared_until, first_after, is_quiet, remember, waiting_moments
+from services.core.quiet import compared_until, first_after, first_waiting, is_quiet, remember
 from services.preemptor.consolidation import homeless, movable, moves_for
 from services.preemptor.eviction import AfterEviction, greedy, plan, stale
 from services.preemptor.policy import PreemptionPolicy
@@ -58,6 +58,8 @@ class Preemptor:
     triggers = frozenset({m.CheckpointCompleted, m.Tick, m.JobQueued, m.CapacityHeld, *_BENEFICIARY_DONE})
     side_input: frozenset[type] = frozenset()
     answers_refusals = False
+    # a checkpoint decides something only for a victim making room (most are of jobs that just run)
+    only_if = {m.CheckpointCompleted: lambda state, event: event.job_id in state.preempting}
 
     def decide(self, state: CellState, event: m.Event, ctx: Context) -> list[m.Decision]:
         if isinstance(event, m.Tick):
@@ -129,11 +131,10 @@ def quiet_until(state: CellState, policy: PreemptionPolicy, now: int) -> int:
     lower band). Everything else these tests read is the state's."""
     jobs = state.jobs
     moments = [jobs[j].preemption_deadline for j in state.preempting if jobs[j].preemption_deadline is not None]
-    moments += waiting_moments(state, policy.wait_before_preempting_ms, now)
     if policy.time_share != "Never":
         for running in state.running_by_team.values():
             moments.extend(at for _, j in running if (at := jobs[j].next_band_at(now)) is not None)
-    return first_after(moments, now)
+    return min(first_after(moments, now), first_waiting(state, policy.wait_before_preempting_ms, now))
 
 
 def _time_sharing_gated(state: CellState, ctx: Context) -> Context:

@@ -46,6 +46,9 @@ class AfterEviction:
         self.closed = [self._closed(r) for r in range(len(self.reservations))]
         self._gives: dict[str, list[tuple[str, int]]] = {}  # job id -> GPUs its eviction gives back, per node
         self._off: tuple[set[str], int] | None = None  # `_off_limits()` while no reservation opens or closes
+        # The slots for the job's workers that the freed GPUs add outside the off-limits nodes, kept current by
+        # `_shift` while `_off` holds (None: counted again from `freed`)
+        self._gain: int | None = None
 
     def evict(self, victim: Job) -> None:
         self._shift(victim, 1)
@@ -61,7 +64,7 @@ class AfterEviction:
         """Whether the job is admissible with `victims` evicted too (none of them evicted now), leaving `after`
         as it was: `evict` each, `admissible`, `keep` each, with each reservation looked at once."""
         usage, freed, evicted, closed = dict(self.usage), dict(self.freed), dict(self.victims), list(self.closed)
-        off = self._off
+        off, gain = self._off, self._gain
         touched: set[int] = set()
         for victim in victims:
             self._shift(victim, 1)
@@ -74,7 +77,7 @@ class AfterEviction:
         finally:
             self.usage.clear()
             self.usage.update(usage)
-            self.freed, self.victims, self.closed, self._off = freed, evicted, closed, off
+            self.freed, self.victims, self.closed, self._off, self._gain = freed, evicted, closed, off, gain
 
     def _retouch(self, victim: Job) -> None:
         for r in self.touches.get(victim.job_id, ()):
@@ -84,7 +87,7 @@ class AfterEviction:
         closed = self._closed(r)
         if closed != self.closed[r]:
             self.closed[r] = closed
-            self._off = None
+            self._off = self._gain = None
 
     def _shift(self, victim: Job, sign: int) -> None:
         key = (victim.team, victim.gpu_type)
@@ -92,13 +95,20 @@ class AfterEviction:
         gives = self._gives.get(victim.job_id)
         if gives is None:  # the state does not change while victims are tried: counted once per victim
             gives = self._gives[victim.job_id] = self._given_back(victim)
-        freed = self.freed
+        freed, gain = self.freed, self._gain
+        counted, g = self.state.cluster.counted, self.job.gpus_per_worker
+        excluded = self._off[0] if gain is not None else ()
         for name, gpus in gives:  # only nodes where victims give GPUs back stay in `freed`
-            left = freed.get(name, 0) + sign * gpus
+            had = freed.get(name, 0)
+            left = had + sign * gpus
             if left:
                 freed[name] = left
             else:
                 freed.pop(name, None)
+            if gain is not None and name not in excluded:
+                before = counted[name]
+                gain += (before + left) // g - (before + had) // g
+        self._gain = gain
 
     def _given_back(self, victim: Job) -> list[tuple[str, int]]:
         """The GPUs of the job's type that `victim` holds and would give back, per worker's node (claimed ones stay
@@ -136,22 +146,28 @@ class AfterEviction:
         return self._off
 
     def admissible(self) -> bool:
+        """Its quota fits and it has a placement; the room is counted first (it is what most evictions change)."""
         state, job = self.state, self.job
+        excluded, lost = self._off_limits()
+        if job.topology_required is None:
+            if self._gain is None:
+                counted, g, gain = state.cluster.counted, job.gpus_per_worker, 0
+                for name, extra in self.freed.items():
+                    if name not in excluded:
+                        before = counted[name]
+                        gain += (before + extra) // g - before // g
+                self._gain = gain
+            if self.slots - lost + self._gain < job.min_count:
+                return False
         most, fit = quota_fit(state.tenancy, job, self.ctx.policy.admission.borrowing, self.usage)
         if not fit.fits:
             return False
-        excluded, lost = self._off_limits()
         if job.topology_required is not None:  # the placement itself, with the victims' GPUs given back
             view = CapacityView(state.cluster)
             for victim in self.victims.values():
                 view.release(victim)
             return isinstance(place_gang(view, job, most, self.ctx.policy.placement, sorted(excluded)), Placement)
-        counted, g, slots = state.cluster.counted, job.gpus_per_worker, self.slots - lost
-        for name, extra in self.freed.items():
-            if name not in excluded:
-                before = counted[name]
-                slots += (before + extra) // g - before // g
-        return slots >= job.min_count
+        return True
 
 
 def greedy(after: AfterEviction, order: list[Job]) -> list[Job] | None:

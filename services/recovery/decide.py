@@ -34,6 +34,7 @@ class Recovery:
                           m.NodeHealthCheckPassed})
     side_input = frozenset({m.NodeHeartbeat})  # read from the heartbeat topic, off the main log
     answers_refusals = False
+    only_if: dict = {}
 
     def decide(self, state: CellState, event: m.Event, ctx: Context) -> list[m.Decision]:
         if isinstance(event, m.Tick):

@@ -47,8 +47,8 @@ from replay.sim.run import simulate  # noqa: E402
 from replay.sim.workload import SimConfig, build_workload  # noqa: E402
 from replay.source import read_cell, read_file  # noqa: E402
 from replay.verify import verify  # noqa: E402
+from services.deciders import DECIDERS  # noqa: E402
 from services.policies import GANGWAY  # noqa: E402
-from services.run_cli import DECIDERS  # noqa: E402
 
 DEFAULT_TRACE = ROOT.parent / "shared" / "traces" / "microsoft-itp-2021" / "cluster02.csv"
 

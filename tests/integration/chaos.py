@@ -35,7 +35,7 @@ from projections.jobs import JobState
 from projections.store import ProjectionStore
 from replay.rebuild import differences
 from replay.verify import verify
-from services.run_cli import DECIDERS
+from services.deciders import DECIDERS
 from tests.integration.control_plane import SERVICES, ControlPlane, fold, wait_until_caught_up
 from tests.property.invariants import check_bindings
 

@@ -21,8 +21,8 @@ from projections.store import ProjectionStore
 from replay.cli import main
 from replay.rebuild import differences
 from replay.verify import verify
+from services.deciders import DECIDERS
 from services.policy import DEFAULT_POLICY
-from services.run_cli import DECIDERS
 from tests.integration.control_plane import ControlPlane, Operator, count, fold, read_log, wait_until_caught_up
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]

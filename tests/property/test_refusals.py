@@ -13,7 +13,7 @@ from events import models as m
 from replay.scenario.play import load, run
 from replay.scenario.spec import Input, Scenario
 from replay.verify import verify
-from services.run_cli import DECIDERS
+from services.deciders import DECIDERS
 from tests.property.invariants import Invariants
 from tests.property.streams import MINUTE, DataChooser, stream
 

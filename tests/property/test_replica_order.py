@@ -17,7 +17,7 @@ from projections.snapshot import dump
 from replay.scenario.play import run
 from replay.verify import verify
 from services.core.replica import Replica
-from services.run_cli import DECIDERS
+from services.deciders import DECIDERS
 from tests.property.invariants import check_bindings, check_quota_usage
 from tests.property.streams import DataChooser, stream
 

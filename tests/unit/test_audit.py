@@ -17,8 +17,8 @@ from replay.audit import ledger, whatif
 from replay.audit.policy import recorded
 from replay.source import read_file
 from replay.verify import verify
+from services.deciders import DECIDERS
 from services.policies import FIFO, GANGWAY, STATIC
-from services.run_cli import DECIDERS
 
 GOLDEN = Path(__file__).resolve().parents[1] / "golden"
 

@@ -13,7 +13,7 @@ from events.logfile import read_log_file
 from replay import cli
 from replay.scenario.play import load, run
 from replay.verify import verify
-from services.run_cli import DECIDERS
+from services.deciders import DECIDERS
 
 SCENARIO_DIR = Path(__file__).resolve().parents[1] / "scenarios"
 SCENARIOS = sorted(SCENARIO_DIR.glob("*.yaml"))
@@ -31,6 +31,31 @@ def test_every_service_reproduces_its_decisions_from_the_log(path):
         verdict = verify(log, decider())  # each decision under the policy it records
         assert verdict.ok, verdict
         assert verdict.reproduced == sum(1 for _, e in log if e.is_decision and e.envelope.producer == name)
+
+
+class _AlwaysAsked:
+    """A decider asked on every trigger, which notes each event its `only_if` would have spared and what it decided."""
+
+    def __init__(self, decider):
+        self.decider, self.spared = decider, []
+        self.name, self.triggers, self.side_input = decider.name, decider.triggers, decider.side_input
+        self.answers_refusals, self.only_if = decider.answers_refusals, {}
+
+    def decide(self, state, event, ctx):
+        decisions = self.decider.decide(state, event, ctx)
+        worth = self.decider.only_if.get(type(event))
+        if worth is not None and not worth(state, event):
+            self.spared.append((event.event_type, decisions))
+        return decisions
+
+
+@pytest.mark.parametrize("path", SCENARIOS, ids=[p.stem for p in SCENARIOS])
+def test_a_trigger_is_spared_only_where_its_decider_decides_nothing(path):
+    log, _, _ = logged(path)
+    for decider in DECIDERS.values():
+        asked = _AlwaysAsked(decider())
+        assert verify(log, asked).ok
+        assert all(decisions == [] for _, decisions in asked.spared), asked.spared
 
 
 def test_a_tampered_placement_is_reported_as_different():

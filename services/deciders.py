@@ -1,0 +1,11 @@
+"""The four deciders by service name: what the services run on Kafka and what verify, explain and the simulator
+replay, without the Kafka shell's imports."""
+
+from __future__ import annotations
+
+from services.admitter.decide import Admitter
+from services.placer.decide import Placer
+from services.preemptor.decide import Preemptor
+from services.recovery.decide import Recovery
+
+DECIDERS = {"admitter": Admitter, "placer": Placer, "preemptor": Preemptor, "recovery": Recovery}
