@@ -315,6 +315,9 @@ class Guard:
         self.team_heads: dict[str, Job | None] = {}
         self.starts: dict[str, HeadStart] = {}
         self.running: dict[str, list[Release]] = {}  # GPU type -> releases of the work the folded state holds
+        # Brought up to date by every cycle, with the jobs that moved since the last: built once on a young cell,
+        # not over every running job when a head's start is first asked for.
+        _Holding.of(state)
 
     def blocker(self, job: Job, gpus: int) -> HeadStart | None:
         """The head whose expected start admitting `gpus` GPUs of `job` now would push later, or None."""
