@@ -14,18 +14,15 @@ from dataclasses import dataclass, field
 from events import models as m
 from projections.cell import CellState
 from projections.jobs import Job
-from services.admitter.decide import Admitter
 from services.core.decider import Decider
 from services.core.replica import Replica, fold, replicas
-from services.placer.decide import Placer
+from services.deciders import DECIDERS
 from services.policy import DEFAULT_POLICY, Policy
-from services.preemptor.decide import Preemptor
-from services.recovery.decide import Recovery
 
 
 def all_deciders() -> list[Decider]:
     """The four services, in the order they answer an event."""
-    return [Admitter(), Placer(), Preemptor(), Recovery()]
+    return [decider() for decider in DECIDERS.values()]
 
 
 Observer = Callable[["VirtualCell", m.Event, int], None]

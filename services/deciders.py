@@ -1,5 +1,5 @@
-"""The four deciders by service name: what the services run on Kafka and what verify, explain and the simulator
-replay, without the Kafka shell's imports."""
+"""The four deciders by service name, in the order they answer an event: what the services run on Kafka, what
+`verify` replays and what the in-memory cell runs, without the Kafka shell's imports."""
 
 from __future__ import annotations
 

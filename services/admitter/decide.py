@@ -22,7 +22,7 @@ from projections.jobs import Job, JobState
 from projections.reservations import ends_before
 from projections.tenancy import DEFAULT_PRIORITY
 from projections.validate import request_problem, team_problem
-from services.core.decider import Context
+from services.core.decider import ASK_ALWAYS, Context
 from services.core.heads import EVENTUALLY, Guard, HeadStart, held_free, may_drain
 from services.core.placement import (
     CapacityView,
@@ -62,7 +62,7 @@ class Admitter:
     triggers = frozenset({m.JobCancelRequested, *CYCLE_TRIGGERS})
     side_input: frozenset[type] = frozenset()
     answers_refusals = True  # the gate: every record the cell refuses to fold is answered by the admitter
-    only_if: dict = {}
+    only_if = ASK_ALWAYS
 
     def decide(self, state: CellState, event: m.Event, ctx: Context) -> list[m.Decision]:
         decisions: list[m.Decision] = []

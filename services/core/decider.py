@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Protocol
 
 from events.models import Decision, Envelope, Event, Reason
@@ -59,6 +60,10 @@ class Context:
         """Recorded side-input decisions taken as made here, numbered as they were."""
         self.emitted += len(decisions)
         return list(decisions)
+
+
+#: `Decider.only_if` of a decider that asks to be asked on every trigger.
+ASK_ALWAYS: Mapping[type, Callable[[CellState, Event], bool]] = MappingProxyType({})
 
 
 class Decider(Protocol):

@@ -41,7 +41,8 @@ def first_after(moments: Iterable[int], now: int) -> int:
 
 def first_waiting(state: CellState, wait_ms: int, now: int) -> int:
     """`first_after` the times not yet past at which a waiting gang comes back from backing off, or has waited
-    `wait_ms` (from its submission or its return, whichever is later), computed in one pass over the queue."""
+    `wait_ms` (from its submission or its return, whichever is later), computed in one pass over the queue; a time
+    past NEVER counts as NEVER (both lie beyond every time a cell holds, so a quiet Tick compares them alike)."""
     first, soon = NEVER, now + 1
     for job in map(state.jobs.__getitem__, state.queued):
         back = job.not_before

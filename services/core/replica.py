@@ -108,8 +108,8 @@ class Replica:
             self._count_heartbeats()
         if self.assumed and self._overlay is None:
             self._overlay = lay(self.state, self.assumed.values())
-        worth = self.decider.only_if.get(type(event))
         try:
+            worth = self.decider.only_if.get(type(event))
             decisions = [] if worth is not None and not worth(self.state, event) else \
                 self.decider.decide(self.state, event, self._context(offset, event))
         except Exception as error:  # a decider bug must not stop the cell: answered, logged loudly

@@ -13,7 +13,7 @@ from __future__ import annotations
 from events import models as m
 from projections.cell import CellState
 from projections.jobs import Job, JobState
-from services.core.decider import Context
+from services.core.decider import ASK_ALWAYS, Context
 from services.core.placement import CapacityView, Placement, bound, off_limits
 
 #: Events after which an admitted job may need (re)placing.
@@ -25,7 +25,7 @@ class Placer:
     triggers = frozenset(TRIGGERS)
     side_input: frozenset[type] = frozenset()
     answers_refusals = False
-    only_if: dict = {}
+    only_if = ASK_ALWAYS
 
     def decide(self, state: CellState, event: m.Event, ctx: Context) -> list[m.Decision]:
         if isinstance(event, m.JobAdmitted) and event.assignments:

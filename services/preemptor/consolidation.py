@@ -49,7 +49,8 @@ def moves_for(state: CellState, job: Job, ctx: Context, memo: dict,
     """The running jobs to move so that `job` is placed, and its placement; None when its GPUs are not free in number
     (wherever they are), its quota does not admit it now, its admission would delay its team's head, or no set of
     smaller jobs that all fit elsewhere makes room. `memo` keeps what calls on the same state share: quota fits,
-    each team's head and its start, the jobs of each GPU type that may move. The tests run cheapest first.
+    each team's head, its start and whether a gang of a GPU type, size and time limit delays it, the releases of
+    each GPU type, the jobs of each GPU type that may move. The tests run cheapest first.
     `compared` receives the times the answer compared `now` with: none for the first two tests (the state's
     alone), those of the head's expected start for the third (`head_compared`), and `now + 1` past it (a mover's
     runtime and lost work compare `now` in ways not bounded here)."""
@@ -66,8 +67,8 @@ def moves_for(state: CellState, job: Job, ctx: Context, memo: dict,
         if compared is not None:  # asked for by a Tick only: kept beside the head's start once computed
             times = memo.setdefault("head compared", {})
             if job.team not in times:
-                times[job.team] = head_compared(state, memo["heads"][job.team][1], now,
-                                                _released(state, job.gpu_type, memo))
+                start = memo["heads"][job.team][1]
+                times[job.team] = head_compared(state, start, now, _released(state, start.job.gpu_type, memo))
             compared.extend(times[job.team])
         return None
     if compared is not None:

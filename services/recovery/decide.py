@@ -16,7 +16,7 @@ from events.models import Reason, XidAction
 from projections.cell import CellState
 from projections.cluster import Node
 from projections.jobs import Job, JobState
-from services.core.decider import Context
+from services.core.decider import ASK_ALWAYS, Context
 from services.core.quiet import NEVER, is_quiet, remember
 from services.recovery.xid import classify
 
@@ -34,7 +34,7 @@ class Recovery:
                           m.NodeHealthCheckPassed})
     side_input = frozenset({m.NodeHeartbeat})  # read from the heartbeat topic, off the main log
     answers_refusals = False
-    only_if: dict = {}
+    only_if = ASK_ALWAYS
 
     def decide(self, state: CellState, event: m.Event, ctx: Context) -> list[m.Decision]:
         if isinstance(event, m.Tick):

@@ -13,8 +13,10 @@ from hypothesis import strategies as st
 
 from events import models as m
 from replay.scenario.play import parse, run
+from services.core.decider import Context
+from services.preemptor.consolidation import _delays_its_head, moves_for
 from tests.property.invariants import Invariants
-from tests.property.streams import MINUTE, Chooser, DataChooser, RandomChooser
+from tests.property.streams import MINUTE, Chooser, DataChooser, RandomChooser, stream
 
 SETTINGS = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -96,3 +98,63 @@ def test_fragmented_cells_do_move_jobs():
     would hold vacuously)."""
     moves = [moves_and_overtakes(run(fragmented(RandomChooser(random.Random(seed)))).cell.log)[0] for seed in range(20)]
     assert sum(1 for n in moves if n) >= 6, moves
+
+
+class MovesAgreeWithOneMemoPerGang:
+    """After every event: whether each waiting gang delays its team's head, and the moves found for it, with one
+    memo shared by all of them (as one Tick shares it: heads, what delays them, releases, movers, quota fits) are
+    those found with a memo of its own."""
+
+    def __init__(self) -> None:
+        self.found = 0
+        self.delays = {True: 0, False: 0}
+
+    def __call__(self, cell, event, offset) -> None:
+        state = cell.state
+        ctx = Context("preemptor", event, offset, cell.policy, at=state.now)
+        shared: dict = {}
+        for job_id in sorted(state.queued):
+            job = state.jobs[job_id]
+            delays = _delays_its_head(state, job, cell.policy, state.now, {})
+            assert _delays_its_head(state, job, cell.policy, state.now, shared) == delays, job_id
+            self.delays[delays] += 1
+        shared = {}
+        for job_id in sorted(state.queued):
+            job = state.jobs[job_id]
+            alone = _moves(moves_for(state, job, ctx, {}, []))
+            assert _moves(moves_for(state, job, ctx, shared, [])) == alone, job_id
+            self.found += alone is not None
+
+
+def _moves(found):
+    """The victims and the gang's placement, comparable (a placement works out its GPUs when read)."""
+    if found is None:
+        return None
+    victims, placement = found
+    return [v.job_id for v in victims], placement.workers, placement.domain, placement.assignments
+
+
+@SETTINGS
+@given(st.data())
+def test_moves_with_a_shared_memo_equal_each_gangs_own(data):
+    run(fragmented(DataChooser(data)), observers=[MovesAgreeWithOneMemoPerGang()])
+
+
+@SETTINGS
+@given(st.data())
+def test_moves_with_a_shared_memo_equal_each_gangs_own_on_random_streams(data):
+    """Streams mix gang sizes, time limits and teams, so a team's head is delayed by some gangs and not others."""
+    run(stream(DataChooser(data), steps=40), observers=[MovesAgreeWithOneMemoPerGang()])
+
+
+def test_the_shared_memo_is_compared_where_moves_are_found_and_heads_are_both_delayed_and_not():
+    """Seeded cells and streams in which moves are found and gangs both delay their head and do not, so the
+    properties above do not hold vacuously."""
+    found, delays = 0, {True: 0, False: 0}
+    for seed in range(10):
+        for scenario in (fragmented(RandomChooser(random.Random(seed))), stream(RandomChooser(random.Random(seed)), 40)):
+            check = MovesAgreeWithOneMemoPerGang()
+            run(scenario, observers=[check])
+            found += check.found
+            delays = {k: delays[k] + check.delays[k] for k in delays}
+    assert found > 0 and delays[True] > 0 and delays[False] > 0, (found, delays)

@@ -94,3 +94,29 @@ def test_the_comparisons_are_not_empty(monkeypatch):
     ticks, _, by_preemptor = ticks_skipped(lambda: run_file(SCENARIOS_DIR / "time_share_once_a_band_is_reached.yaml"),
                                            monkeypatch)
     assert by_preemptor > ticks // 2, (ticks, by_preemptor)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 200), st.integers(0, 200)), max_size=8), st.integers(0, 120),
+       st.integers(0, 200))
+def test_the_first_waiting_moment_is_the_first_after_now_of_every_gangs_moments(gangs, wait, now):
+    """`quiet.first_waiting` in one pass equals `first_after` over each waiting gang's return from backing off and
+    the end of its wait, both counted only when not yet past (moments at `now` included)."""
+    jobs = {f"j{i}": _Waiting(submitted, back) for i, (submitted, back) in enumerate(gangs)}
+    state = _Queue(jobs, sorted(jobs))
+    moments = []
+    for job in jobs.values():
+        moments += [job.not_before] if job.not_before >= now else []
+        waited = max(job.submitted_at, job.not_before) + wait
+        moments += [waited] if waited >= now else []
+    assert quiet.first_waiting(state, wait, now) == quiet.first_after(moments, now)
+
+
+class _Waiting:
+    def __init__(self, submitted_at: int, not_before: int) -> None:
+        self.submitted_at, self.not_before = submitted_at, not_before
+
+
+class _Queue:
+    def __init__(self, jobs: dict, queued: list) -> None:
+        self.jobs, self.queued = jobs, queued

@@ -42,9 +42,10 @@ class _AlwaysAsked:
         self.answers_refusals, self.only_if = decider.answers_refusals, {}
 
     def decide(self, state, event, ctx):
-        decisions = self.decider.decide(state, event, ctx)
         worth = self.decider.only_if.get(type(event))
-        if worth is not None and not worth(state, event):
+        spared = worth is not None and not worth(state, event)  # on the state the replica would have tested
+        decisions = self.decider.decide(state, event, ctx)
+        if spared:
             self.spared.append((event.event_type, decisions))
         return decisions
 
