@@ -115,8 +115,9 @@ def tick(state: CellState, ctx: Context) -> list[m.Decision]:
 
 def _shared(state: CellState, ctx: Context) -> dict:
     """What `preempt_for`'s calls share (entitlements, victims alike for several gangs, consolidation's quota fits,
-    heads and what delays them, releases and movers) while nothing they read changes: the same time and policy, no fold since but ones that only restate why a gang waits
-    (an admission cycle's burst of them asks for a look at each), no checkpoint folded since."""
+    heads and what delays them, releases and movers) while nothing they read changes: the same time and policy, no
+    fold since but ones that only restate why a gang waits (an admission cycle's burst of them asks for a look at
+    each), no checkpoint folded since."""
     key = (state.changes - state.restated, state.checkpoints, ctx.now, ctx.policy)
     kept = state.memo.get("preemptor/shared")
     if kept is None or kept[0] != key:
