@@ -343,7 +343,7 @@ class Guard:
         start = self.starts.get(head.job_id)
         if start is None:
             if head.gpu_type not in self.running:
-                self.running[head.gpu_type] = sorted(_held(self.state, head.gpu_type))
+                self.running[head.gpu_type] = releases(self.state, head.gpu_type)
             released = sorted([*self.running[head.gpu_type], *_admitted(self.admitted, head.gpu_type, self.now)])
             start = self.starts[head.job_id] = expected_start(self.state.tenancy, head, self.now,
                                                               self.free(head.gpu_type), self.usage, self.borrowing,
