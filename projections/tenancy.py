@@ -67,6 +67,40 @@ DEFAULT_PRIORITY = PriorityClass("default", 0, True)
 NO_QUOTA = Quota()
 
 
+class PooledUsage(dict):
+    """Quota usage per (team, GPU type) that remembers each pool's use (`Tenancy.pool_used`) until an entry
+    changes: an admission cycle checks quota tens of times for each change of usage. Configuration must not
+    change while one is in use."""
+
+    __slots__ = ("pools",)
+
+    def __init__(self, usage: Mapping[tuple[str, str], int] = {}) -> None:  # noqa: B006 (never mutated)
+        super().__init__(usage)
+        self.pools: dict[tuple[str, str], int] = {}
+
+    def __setitem__(self, key: tuple[str, str], value: int) -> None:
+        self.pools.clear()
+        super().__setitem__(key, value)
+
+    def __delitem__(self, key: tuple[str, str]) -> None:
+        self.pools.clear()
+        super().__delitem__(key)
+
+    def _changed(method):  # noqa: N805 (wraps dict's other mutators, which bypass __setitem__)
+        def changed(self, *args, **kwargs):
+            self.pools.clear()
+            return method(self, *args, **kwargs)
+        return changed
+
+    update = _changed(dict.update)
+    pop = _changed(dict.pop)
+    popitem = _changed(dict.popitem)
+    setdefault = _changed(dict.setdefault)
+    clear = _changed(dict.clear)
+    __ior__ = _changed(dict.__ior__)
+    del _changed
+
+
 @dataclass(frozen=True)
 class Admissibility:
     """Whether `gpus` more fit a team's quota now, how many would be borrowed, and if not, why."""
@@ -152,6 +186,15 @@ class Tenancy:
 
     def pool_used(self, team: str, gpu_type: str, usage: dict[tuple[str, str], int] | None = None) -> int:
         usage = self.usage if usage is None else usage
+        if type(usage) is PooledUsage:
+            pool = (self.pool_members(team)[0], gpu_type)  # its first member names a pool
+            used = usage.pools.get(pool)
+            if used is None:
+                used = usage.pools[pool] = self._pool_used(team, gpu_type, usage)
+            return used
+        return self._pool_used(team, gpu_type, usage)
+
+    def _pool_used(self, team: str, gpu_type: str, usage: dict[tuple[str, str], int]) -> int:
         guaranteed = self._pool_guaranteed.get((team, gpu_type))
         if guaranteed is None:
             guaranteed = self._pool_guaranteed[(team, gpu_type)] = [

@@ -20,7 +20,7 @@ from events.models import Reason
 from projections.cell import CellState
 from projections.jobs import Job, JobState
 from projections.reservations import ends_before
-from projections.tenancy import DEFAULT_PRIORITY
+from projections.tenancy import DEFAULT_PRIORITY, PooledUsage
 from projections.validate import request_problem, team_problem
 from services.core.decider import ASK_ALWAYS, Context
 from services.core.heads import EVENTUALLY, Guard, HeadStart, held_free, may_drain
@@ -50,6 +50,9 @@ CYCLE_TRIGGERS = (
     m.SpareActivated, m.QuotaSet, m.TeamDefined, m.CohortDefined, m.CellConfigured, m.CapacityReleased, m.Tick,
 )
 
+#: Off only to show, in tests, that refusing a gang its team's head guards before looking for its room changes no
+#: decision.
+GUARD_BEFORE_PLACING = True
 #: Quota limits of the cohort's shared pool (not of the team itself): a full pool is a full cell.
 _POOL_LIMITS = frozenset({"cohort", "reclaim"})
 _HEAD_WAITS = "strict FIFO: the head of the queue waits"
@@ -242,7 +245,7 @@ def admission_cycle(state: CellState, ctx: Context, only: Job | None = None, ref
     quiet = not refresh and only is None and policy.backfill
     key = order_key(state, policy)
     view = CapacityView(state.cluster)
-    usage = dict(state.tenancy.committed())
+    usage = PooledUsage(state.tenancy.committed())
     decisions: list[m.Decision] = []
     if only is None:
         for job in expired_holds(state, now):
@@ -317,12 +320,16 @@ def admission_cycle(state: CellState, ctx: Context, only: Job | None = None, ref
         if itself:
             say_why(decisions, job, reason, detail, ctx)
 
+    def may_reserve(job: Job) -> bool:
+        """Whether a blocked gang may hold nodes, if there are nodes to drain for it."""
+        waited = now - max(job.submitted_at, job.not_before)
+        return (waited >= policy.reservation_after_ms and len(reservations) < policy.max_reservations
+                and may_drain(state, job, policy.max_drain_share) and _first_of_kind(state, job, reservations, now))
+
     def reserve(job: Job) -> bool:
         """Holds nodes for a blocked gang that waited long enough, while fewer than the most gangs do, if it
         is the first of its kind: gangs of equal needs share the reservation of the one that ranks first."""
-        waited = now - max(job.submitted_at, job.not_before)
-        if (waited < policy.reservation_after_ms or len(reservations) >= policy.max_reservations
-                or not may_drain(state, job, policy.max_drain_share) or not _first_of_kind(state, job, reservations, now)):
+        if not may_reserve(job):
             return False
         nodes = reservation_for(state, job, reserved_by)
         if not nodes:
@@ -385,6 +392,15 @@ def admission_cycle(state: CellState, ctx: Context, only: Job | None = None, ref
                 continue  # the cohort's pool is used up, which drains like a full cell: the gang holds nodes
             refuse(job, _QUOTA_REASONS[fit.limit], detail)
             continue
+        guarded = guard is not None and not holds and not job.moving
+        # Quietly, a gang that its team's head keeps waiting even at its smallest (a bigger one delays the head more)
+        # waits and holds nothing wherever it would be placed, or if it would not be, unless it may then reserve
+        # nodes: its room need not be looked for.
+        blocker = (guard.blocker(job, fewest * job.gpus_per_worker) if quiet and guarded and GUARD_BEFORE_PLACING
+                   and job.job_id not in reservations else None)
+        if blocker is not None and not may_reserve(job):
+            refuse(job, Reason.WOULD_DELAY_QUEUE_HEAD, _delay_detail(blocker, now), alike=_ends_no_sooner(state, job))
+            continue
         if shortcut and key_ in no_room and fewest >= no_room[key_]:
             outcome: Placement | Unplaceable = Unplaceable(
                 Reason.INSUFFICIENT_FREE_GPUS, f"no room for {fewest * job.gpus_per_worker} {job.gpu_type} GPUs now")
@@ -400,7 +416,7 @@ def admission_cycle(state: CellState, ctx: Context, only: Job | None = None, ref
         if isinstance(outcome, Placement):
             gpus = outcome.workers * job.gpus_per_worker
             # a gang moving to make room was running: it takes its turn back, whatever waits behind it
-            blocker = guard.blocker(job, gpus) if guard is not None and not holds and not job.moving else None
+            blocker = guard.blocker(job, gpus) if guarded else None
             if blocker is not None:
                 if holds:
                     usage[own] += job.held_quota

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from projections.cell import CellState
 from projections.evolve import evolve
+from projections.tenancy import PooledUsage
 from tests.builders import quota, team
 
 
@@ -36,3 +37,30 @@ def test_share_follows_a_quota_change_of_another_member():
     assert evolve(state, team("ops", cohort="all"), offset + 1) is None
     assert evolve(state, quota("ops", 50), offset + 2) is None  # and a new member: 250
     assert tenancy.dominant_share_milli("nlp") == 200
+
+
+def test_a_pooled_usage_answers_as_a_plain_one_after_every_kind_of_change():
+    """PooledUsage keeps each pool's use until an entry changes: every way of changing one starts it again."""
+    state, _ = tenancy_of(team("nlp", cohort="all"), team("cv", cohort="all"), team("solo", cohort=None),
+                          quota("nlp", 8, lending_limit=4), quota("cv", 8), quota("solo", 4))
+    tenancy = state.tenancy
+    usage = PooledUsage({("nlp", "H100"): 6, ("cv", "H100"): 8})
+    changes = [
+        lambda u: u.__setitem__(("cv", "H100"), 10),
+        lambda u: u.update({("nlp", "H100"): 12}),
+        lambda u: u.pop(("cv", "H100")),
+        lambda u: u.setdefault(("cv", "H100"), 3),
+        lambda u: u.__delitem__(("nlp", "H100")),
+        lambda u: u.__ior__({("nlp", "H100"): 2, ("solo", "H100"): 4}),
+        lambda u: u.popitem(),
+        lambda u: u.clear(),
+    ]
+    for change in [lambda u: None, *changes]:
+        change(usage)
+        plain = dict(usage)
+        for who in ("nlp", "cv", "solo"):
+            assert tenancy.pool_used(who, "H100", usage) == tenancy.pool_used(who, "H100", plain)
+            for gpus in (1, 4, 9):
+                assert tenancy.admissible(who, "H100", gpus, True, usage) == \
+                    tenancy.admissible(who, "H100", gpus, True, plain)
+    assert usage.pools  # what the last answers remembered
