@@ -67,6 +67,8 @@ def advance(state: CellState, event: m.Event, offset: int) -> None:
     over its state when made, reaching its place in the log (projections/overlay.py)."""
     state.offset = offset
     state.changes += 1
+    if type(event) is m.JobQueued and not event.reserved_nodes:
+        state.restated += 1  # it restated why a gang waits when it was laid; landing moves only its notes' offsets
     _advance_time(state, event)
     _mark_dirty(state, event)
 

@@ -100,16 +100,19 @@ class Admitter:
 
 
 def tick_cycle(state: CellState, ctx: Context) -> list[m.Decision]:
-    """A Tick's full admission cycle, unless the last Tick's decided nothing on this very state (nothing folded
-    since that counts, see CellState.changes) and no time it compared `now` with has come since (`quiet_until`):
-    then every comparison comes out as before, and so does the cycle: nothing. Most Ticks on a busy cell are such,
-    and a cycle's cost grows with the queue."""
-    if is_quiet(state, "admitter", ctx):
+    """A Tick's full admission cycle, unless the last Tick's decided nothing but to restate why gangs wait, on this
+    very state but for those restatements (nothing else folded since that counts, see CellState.changes and
+    `restated`), and no time it compared `now` with has come since (`quiet_until`): then every comparison comes out
+    as before, and so does the cycle, whose gangs now state the reasons it finds: nothing. Most Ticks on a busy cell
+    are such, and a cycle's cost grows with the queue."""
+    count = state.changes - state.restated  # a cycle reads a stated reason only to tell whether to restate it
+    if is_quiet(state, "admitter", ctx, count):
         return []
     compared: list[int] = []
     decisions = admission_cycle(state, ctx, refresh=True, compared=compared)
+    restated_only = all(type(d) is m.JobQueued and not d.reserved_nodes for d in decisions)
     remember(state, "admitter", ctx,
-             None if decisions else quiet_until(state, ctx.policy.admission, ctx.now, compared))
+             quiet_until(state, ctx.policy.admission, ctx.now, compared) if restated_only else None, count)
     return decisions
 
 
