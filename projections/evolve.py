@@ -67,10 +67,16 @@ def advance(state: CellState, event: m.Event, offset: int) -> None:
     over its state when made, reaching its place in the log (projections/overlay.py)."""
     state.offset = offset
     state.changes += 1
-    if type(event) is m.JobQueued and not event.reserved_nodes:
-        state.restated += 1  # it restated why a gang waits when it was laid; landing moves only its notes' offsets
+    if type(event) is m.JobQueued and not event.reserved_nodes and not _holder(state, event.job_id):
+        state.restated += 1  # landing a restatement of why a gang waits moves only its notes' offsets
     _advance_time(state, event)
     _mark_dirty(state, event)
+
+
+def _holder(state: CellState, job_id: str) -> bool:
+    """Whether capacity is held for the job (its stated reason then says what for: services/admitter/decide.py)."""
+    job = state.jobs.get(job_id)
+    return job is not None and job.has_hold
 
 
 def _advance_time(state: CellState, event: m.Event) -> None:
@@ -349,8 +355,8 @@ def _job_queued(state: CellState, e: m.JobQueued, offset: int) -> None:
     job = state.jobs.get(e.job_id)
     if job is None or job.state is not JobState.QUEUED:
         return
-    if not (job.reserved_nodes or e.reserved_nodes):
-        state.restated += 1  # only its reason and its notes change
+    if not (job.reserved_nodes or e.reserved_nodes or job.has_hold):
+        state.restated += 1  # only its reason and its notes change (a holder's reason tells what its hold is for)
     _decided_about(state, e, offset)
     _note(job, e, offset)
     _drop_reservation(state, job)

@@ -22,15 +22,19 @@ def is_quiet(state: CellState, decider: str, ctx: Context, count: int | None = N
     `count`: what tells the state changed for this decider, when coarser than `CellState.changes`."""
     quiet = state.memo.get(decider)
     return (SKIP_QUIET_TICKS and quiet is not None and quiet[0] == (state.changes if count is None else count)
-            and ctx.now < quiet[2] and (quiet[1] is ctx.policy or quiet[1] == ctx.policy))
+            and ctx.now < quiet[2] and (quiet[1] is ctx.policy or quiet[1] == ctx.policy)
+            and state.restated >= quiet[3])
 
 
-def remember(state: CellState, decider: str, ctx: Context, until: int | None, count: int | None = None) -> None:
-    """`decider`'s Tick decided nothing and would decide nothing before `until` on this state; None: it decided."""
+def remember(state: CellState, decider: str, ctx: Context, until: int | None, count: int | None = None,
+             restating: int = 0) -> None:
+    """`decider`'s Tick decided nothing and would decide nothing before `until` on this state; None: it decided.
+    With `restating`, it decided that many restatements of why gangs wait (which `count` does not count): quiet
+    only once at least that many more are folded, so never on this state as it is."""
     if until is None:
         state.memo.pop(decider, None)
     else:
-        state.memo[decider] = (state.changes if count is None else count, ctx.policy, until)
+        state.memo[decider] = (state.changes if count is None else count, ctx.policy, until, state.restated + restating)
 
 
 def first_after(moments: Iterable[int], now: int) -> int:

@@ -3,6 +3,7 @@ for the gang's room (services/admitter/decide.py `GUARD_BEFORE_PLACING`): the ga
 way, unless it may reserve nodes. The same inputs give the same decision log with that shortcut and without it."""
 
 import random
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -10,8 +11,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from events import models as m
+from events.models import Reason
+from projections.cell import CellState
+from projections.evolve import evolve
 from replay.scenario.play import parse, run, run_file
 from services.admitter import decide as admitter
+from services.core.decider import Context
+from services.policy import DEFAULT_POLICY
+from tests.builders import job, node, quota, team, tick
 from tests.property.streams import MINUTE, Chooser, DataChooser, RandomChooser, stream
 from tests.property.test_consolidation import fragmented
 
@@ -104,3 +111,60 @@ def test_seeded_busy_teams_decide_the_same_and_look_for_less_room(monkeypatch):
         looked += without
         spared += without - rooms_looked_for(lambda: run(scenario), True, monkeypatch)
     assert spared * 20 >= looked, (spared, looked)
+
+
+def _decided(envelope_reason: Reason, at: int, job_id: str) -> m.Envelope:
+    return m.Envelope(event_id=f"admitter-{job_id}-{envelope_reason.value}", cell="test-cell", at=at,
+                      producer="admitter", reason=envelope_reason, correlation_id=job_id)
+
+
+def _running(job_id: str, team_name: str, node_name: str, gpus: list[int]) -> m.JobAdmitted:
+    return m.JobAdmitted(envelope=_decided(Reason.WITHIN_NOMINAL_QUOTA, 0, job_id), job_id=job_id, team=team_name,
+                         gpu_type="H100", gpus=len(gpus), borrowed=0, domain=None,
+                         assignments=[m.WorkerAssignment(worker=0, node=node_name, gpus=gpus)])
+
+
+def _reserved(job_id: str, team_name: str, node_name: str, at: int) -> m.JobQueued:
+    return m.JobQueued(envelope=_decided(Reason.HOLDS_RESERVATION, at, job_id), job_id=job_id, team=team_name,
+                       reserved_nodes=[node_name], detail="drain")
+
+
+def quiet_cycle(events: list[m.Event], first: bool, patch: pytest.MonkeyPatch) -> list[tuple[str, str, str]]:
+    """A quiet admission cycle (as after a job ends) on the state the events fold to, at the last one (a Tick)."""
+    state = CellState()
+    for offset, event in enumerate(events, start=1):
+        assert evolve(state, event, offset) is None, event
+    policy = replace(DEFAULT_POLICY, admission=replace(DEFAULT_POLICY.admission, max_reservations=1))
+    ctx = Context(producer="admitter", cause=events[-1], basis_offset=len(events), policy=policy, at=state.now)
+    patch.setattr(admitter, "GUARD_BEFORE_PLACING", first)
+    return [(type(d).__name__, d.job_id, d.envelope.reason.value)
+            for d in admitter.admission_cycle(state, ctx, refresh=False)]
+
+
+def test_a_head_start_asked_early_is_computed_again_once_a_reservation_is_released(monkeypatch):
+    """Team a's head h waits for n2 (busy 60 minutes); j and j2 wait behind it. r, of team b, holds n1 and is
+    admitted in the cycle, which frees what n1 keeps: h could then start now, so j2 may not pass it. Asked before
+    r's admission (for j), h's start must not be read after it as it was."""
+    events = [node("n1"), node("n2"), team("a"), team("b"), team("c"), quota("a", 64), quota("b", 64), quota("c", 64),
+              job("f", gpus=8, team="c", time_limit_ms=60 * MINUTE), _running("f", "c", "n2", list(range(8))),
+              job("h", gpus=4, team="a", at=1000), job("j", gpus=8, team="a", at=2000),
+              job("r", gpus=4, team="b", at=3000), job("j2", workers=2, gpus=2, team="a", at=4000, time_limit_ms=10 * MINUTE),
+              _reserved("r", "b", "n1", 5000), tick(6000)]
+    without = quiet_cycle(events, False, monkeypatch)
+    assert without == [("JobAdmitted", "r", "WITHIN_NOMINAL_QUOTA"), ("JobPlaced", "r", "PLACED")]
+    assert quiet_cycle(events, True, monkeypatch) == without
+
+
+def test_a_group_is_refused_early_only_where_both_refusals_take_all_of_it(monkeypatch):
+    """j (120-minute limit) and o (10-minute limit) need the same; team a's head h waits. Had j found no room,
+    o would have been refused with it; refused for delaying h, o would not (it ends sooner), and once r's
+    reservation frees n1 it could be admitted. So j is not refused before its placement."""
+    events = [node("n1"), node("n2"), *(team(t) for t in "abcd"), *(quota(t, 64) for t in "abcd"),
+              job("f1", gpus=2, team="c", time_limit_ms=60 * MINUTE), job("f2", gpus=6, team="d"),
+              _running("f1", "c", "n2", [0, 1]), _running("f2", "d", "n2", [2, 3, 4, 5, 6, 7]),
+              job("h", gpus=8, team="a", at=1000), job("j", gpus=4, team="a", at=2000, time_limit_ms=120 * MINUTE),
+              job("r", gpus=2, team="b", at=3000), job("o", gpus=4, team="a", at=4000, time_limit_ms=10 * MINUTE),
+              _reserved("r", "b", "n1", 5000), tick(6000)]
+    without = quiet_cycle(events, False, monkeypatch)
+    assert without == [("JobAdmitted", "r", "WITHIN_NOMINAL_QUOTA"), ("JobPlaced", "r", "PLACED")]
+    assert quiet_cycle(events, True, monkeypatch) == without

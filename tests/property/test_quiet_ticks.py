@@ -10,10 +10,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from events import models as m
+from events.models import Reason
+from projections.cell import CellState
+from projections.evolve import evolve
 from replay.scenario.play import run, run_file
 from services.admitter import decide as admitter
 from services.core import quiet
 from services.preemptor import decide as preemptor
+from tests.builders import env, job, node, quota, team
 from tests.property.streams import MINUTE, DataChooser, RandomChooser, stream
 from tests.property.test_consolidation import fragmented
 
@@ -105,9 +109,9 @@ def test_the_first_waiting_moment_is_the_first_after_now_of_every_gangs_moments(
     jobs = {f"j{i}": _Waiting(submitted, back) for i, (submitted, back) in enumerate(gangs)}
     state = _Queue(jobs, sorted(jobs))
     moments = []
-    for job in jobs.values():
-        moments += [job.not_before] if job.not_before >= now else []
-        waited = max(job.submitted_at, job.not_before) + wait
+    for gang in jobs.values():
+        moments += [gang.not_before] if gang.not_before >= now else []
+        waited = max(gang.submitted_at, gang.not_before) + wait
         moments += [waited] if waited >= now else []
     assert quiet.first_waiting(state, wait, now) == quiet.first_after(moments, now)
 
@@ -124,12 +128,13 @@ class _Queue:
 
 def test_a_tick_after_one_that_only_restated_reasons_is_skipped(monkeypatch):
     """The admitter's Tick that only restated why gangs wait leaves its quiet for the next: once those restatements
-    are folded, the same cycle would find every gang stating its reason. Seeded streams have such Ticks skipped."""
+    are folded, the same cycle would find every gang stating its reason. Seeded streams have such Ticks skipped (the
+    tests above hold every skip to deciding the same)."""
     skipped_after_restating = 0
+    cycle = admitter.admission_cycle
     for seed in range(4):
         play = lambda: run(stream(RandomChooser(random.Random(seed)), 60))  # noqa: E731
         ran: set[int] = set()
-        cycle = admitter.admission_cycle
 
         def recorded(state, ctx, **kwargs):
             if kwargs.get("compared") is not None:
@@ -148,3 +153,28 @@ def test_a_tick_after_one_that_only_restated_reasons_is_skipped(monkeypatch):
                 since.append(e)
                 restated_only = restated_only and type(e) is m.JobQueued and not e.reserved_nodes
     assert skipped_after_restating > 0  # 6 when written
+
+
+def test_a_restated_reason_counts_as_one_unless_capacity_is_held_for_the_gang():
+    """`CellState.restated` counts the folds that only restate why a gang waits, which deciders' quiet Ticks may
+    look past; a gang with capacity held for it states what the hold is for (CONSOLIDATED: the admitter keeps its
+    movers' room), so its restatement counts as a change."""
+    state, offset = CellState(), 1
+    for event in (node("n1"), team("nlp"), quota("nlp", 8), job("a", gpus=2), job("b", gpus=2)):
+        assert evolve(state, event, offset) is None
+        offset += 1
+
+    def restate(job_id: str, reason: Reason) -> int:
+        nonlocal offset
+        before = state.restated
+        envelope = env(0, "admitter", f"restate-{offset}").model_copy(update={"reason": reason})
+        assert evolve(state, m.JobQueued(envelope=envelope, job_id=job_id, team="nlp"), offset) is None
+        offset += 1
+        return state.restated - before
+    assert restate("a", Reason.INSUFFICIENT_FREE_GPUS) == 1
+    hold = env(0, "preemptor", "hold-b").model_copy(update={"reason": Reason.CONSOLIDATED})
+    assert evolve(state, m.CapacityHeld(envelope=hold, job_id="b", team="nlp", gpu_type="H100", gpus=2,
+                                        until=10**7), offset) is None
+    offset += 1
+    assert state.jobs["b"].has_hold
+    assert restate("b", Reason.WAITING_FOR_QUEUE_HEAD) == 0

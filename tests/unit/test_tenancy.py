@@ -1,4 +1,5 @@
-"""The weighted dominant share that orders teams under fair share: usage over the pool's nominal, per weight."""
+"""The weighted dominant share that orders teams under fair share (usage over the pool's nominal, per weight), and
+the admission cycle's memo of each pool's use."""
 
 from __future__ import annotations
 
