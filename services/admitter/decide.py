@@ -343,7 +343,6 @@ def admission_cycle(state: CellState, ctx: Context, only: Job | None = None, ref
             reserved_by[name] = job.job_id
         if guard is not None:
             guard.forget(job)
-            guard.reservations_changed()
         decisions.append(m.JobQueued(envelope=ctx.envelope(Reason.HOLDS_RESERVATION, job.job_id),
                                      job_id=job.job_id, team=job.team, reserved_nodes=nodes,
                                      detail=f"nodes drain for this gang: {', '.join(nodes)}"))
@@ -401,11 +400,18 @@ def admission_cycle(state: CellState, ctx: Context, only: Job | None = None, ref
         # Quietly, a gang that its team's head keeps waiting even at its smallest (a bigger one delays the head more)
         # waits and holds nothing wherever it would be placed, or if it would not be (unless it may then reserve
         # nodes), and so does its whole group either way (when neither refusal spares any member of it): its room
-        # need not be looked for.
-        blocker = (guard.early_blocker(job, fewest * job.gpus_per_worker) if quiet and guarded and GUARD_BEFORE_PLACING
+        # need not be looked for. Only a head start the cycle has already computed is read, as the guard would read
+        # it after the placement; a shortage in number is still noted for the gangs after it, as a failed placement
+        # would note it.
+        blocker = (guard.kept_blocker(job, fewest * job.gpus_per_worker)
+                   if quiet and guarded and GUARD_BEFORE_PLACING and job.min_workers is None
                    and job.job_id not in reservations else None)
         if (blocker is not None and not may_reserve(job) and no_more_room(job) is None
                 and _ends_no_sooner(state, job) is None):
+            if shortcut:
+                short = view.shortage(job, most, excluded_nodes(reservations, job, now, shadows, state.jobs))
+                if short is not None and short.reason is Reason.INSUFFICIENT_FREE_GPUS:
+                    no_room[key_] = min(no_room.get(key_, fewest), fewest)
             refuse(job, Reason.WOULD_DELAY_QUEUE_HEAD, _delay_detail(blocker, now))
             continue
         if shortcut and key_ in no_room and fewest >= no_room[key_]:
@@ -444,8 +450,6 @@ def admission_cycle(state: CellState, ctx: Context, only: Job | None = None, ref
                 guard.admit(job, gpus)
             if reservations.pop(job.job_id, None) is not None:  # its nodes are free for the rest of the cycle
                 reserved_by = {n: holder for n, holder in reserved_by.items() if holder != job.job_id}
-                if guard is not None:
-                    guard.reservations_changed()
             if quiet:
                 free_left[job.gpu_type] -= gpus
             admitted_per_team[job.team] = admitted_per_team.get(job.team, 0) + 1

@@ -314,7 +314,6 @@ class Guard:
         self.admitted_ids: set[str] = set()
         self.team_heads: dict[str, Job | None] = {}
         self.starts: dict[str, HeadStart] = {}
-        self.early: set[str] = set()  # heads whose start only `early_blocker` has read so far
         self.running: dict[str, list[Release]] = {}  # GPU type -> releases of the work the folded state holds
         # Brought up to date by every cycle, with the jobs that moved since the last: built once on a young cell,
         # not over every running job when a head's start is first asked for.
@@ -328,23 +327,16 @@ class Guard:
         start = self.start(head)
         return start if start.delayed_by(job, gpus, self.now) else None
 
-    def early_blocker(self, job: Job, gpus: int) -> HeadStart | None:
-        """`blocker`, asked before the cycle would ask it (before `job`'s placement). A start first computed so is
-        kept as early until `blocker` or `passes` reads it, and forgotten if the cycle's reservations change first
-        (which the kept starts do not follow): each is then what the cycle would compute where it first asks."""
-        head = self.team_head(job.team)
-        if not guards(head, job, self.held):
+    def kept_blocker(self, job: Job, gpus: int) -> HeadStart | None:
+        """`blocker` from a head whose expected start the cycle has already computed and kept (as `blocker` would
+        read it); None where it has not (computing it here could give another start than the cycle would where it
+        first asks: kept starts follow the cycle's admissions only roughly)."""
+        head = self.team_heads.get(job.team)
+        if head is None or not guards(head, job, self.held) or head.job_id not in self.starts \
+                or not may_drain(self.state, head, self.drain_share):
             return None
-        if head.job_id not in self.starts:
-            self.early.add(head.job_id)
-        start = self.start(head, early=True)
+        start = self.starts[head.job_id]
         return start if start.delayed_by(job, gpus, self.now) else None
-
-    def reservations_changed(self) -> None:
-        """The cycle made or released a reservation: the starts computed early are computed again when asked."""
-        for head_id in self.early:
-            self.starts.pop(head_id, None)
-        self.early.clear()
 
     def passes(self, job: Job) -> bool:
         """Whether `job` is admitted past a waiting head of its GPU type (it backfills)."""
@@ -358,9 +350,7 @@ class Guard:
         head = self.team_heads[team]
         return head if head is not None and may_drain(self.state, head, self.drain_share) else None
 
-    def start(self, head: Job, early: bool = False) -> HeadStart:
-        if not early:
-            self.early.discard(head.job_id)
+    def start(self, head: Job) -> HeadStart:
         start = self.starts.get(head.job_id)
         if start is None:
             if head.gpu_type not in self.running:

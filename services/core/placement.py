@@ -208,24 +208,10 @@ class CapacityView:
         cluster = self.cluster
         g = job.gpus_per_worker
         workers = job.workers if workers is None else workers
-        need = workers * g
         gpu_type = job.gpu_type
-        hidden = {n: cluster.nodes[n] for n in excluded
-                  if n in cluster.nodes and cluster.nodes[n].gpu_type == gpu_type and cluster.nodes[n].schedulable}
-        cell = self._histogram((gpu_type, CELL, ""), hidden)
-        if not any(cell):
-            if hidden:
-                return Unplaceable(Reason.WAITING_BEHIND_RESERVATION,
-                                   f"every schedulable {gpu_type} node is reserved for another gang")
-            return Unplaceable(Reason.NO_HEALTHY_NODES_OF_TYPE, f"no schedulable {gpu_type} node in the cell")
-        free_total = sum(free * count for free, count in enumerate(cell))
-        if free_total < need:
-            kept = self._kept_for_others(gpu_type, hidden)
-            if free_total + kept >= need:
-                return Unplaceable(Reason.WAITING_BEHIND_RESERVATION,
-                                   f"needs {need} {gpu_type} GPUs, {free_total} free; {kept} more are free but "
-                                   f"reserved or held for other gangs")
-            return Unplaceable(Reason.INSUFFICIENT_FREE_GPUS, f"needs {need} {gpu_type} GPUs, {free_total} free")
+        short, hidden, cell, free_total = self._count(job, workers, excluded)
+        if short is not None:
+            return short
         if _slots(cell, g) < workers:
             return Unplaceable(Reason.FRAGMENTED,
                                f"{free_total} {gpu_type} GPUs free but only {_slots(cell, g)} slots of {g} GPUs "
@@ -236,6 +222,35 @@ class CapacityView:
                 return Placement(workers, lambda: self._choose(where, job, workers, policy, hidden))
         return Unplaceable(Reason.TOPOLOGY_DOMAIN_TOO_SMALL,
                            f"no single {job.topology_required} has {workers} free slots of {g} {gpu_type} GPUs")
+
+    def shortage(self, job: Job, workers: int, excluded: Iterable[str] = ()) -> Unplaceable | None:
+        """What `place` says when the free GPUs outside `excluded` are too few in number for `workers` workers of
+        `job` (wherever they are), without looking for where they would go; None when they are enough."""
+        return self._count(job, workers, excluded)[0]
+
+    def _count(self, job: Job, workers: int, excluded: Iterable[str]
+               ) -> tuple[Unplaceable | None, dict[str, Node], list[int], int]:
+        """The shortage, the excluded nodes of the type, the free-GPU histogram outside them and its total."""
+        cluster, gpu_type = self.cluster, job.gpu_type
+        need = workers * job.gpus_per_worker
+        hidden = {n: cluster.nodes[n] for n in excluded
+                  if n in cluster.nodes and cluster.nodes[n].gpu_type == gpu_type and cluster.nodes[n].schedulable}
+        cell = self._histogram((gpu_type, CELL, ""), hidden)
+        if not any(cell):
+            if hidden:
+                return (Unplaceable(Reason.WAITING_BEHIND_RESERVATION,
+                                    f"every schedulable {gpu_type} node is reserved for another gang"), hidden, cell, 0)
+            return Unplaceable(Reason.NO_HEALTHY_NODES_OF_TYPE, f"no schedulable {gpu_type} node in the cell"), hidden, cell, 0
+        free_total = sum(free * count for free, count in enumerate(cell))
+        if free_total < need:
+            kept = self._kept_for_others(gpu_type, hidden)
+            if free_total + kept >= need:
+                return (Unplaceable(Reason.WAITING_BEHIND_RESERVATION,
+                                    f"needs {need} {gpu_type} GPUs, {free_total} free; {kept} more are free but "
+                                    f"reserved or held for other gangs"), hidden, cell, free_total)
+            return (Unplaceable(Reason.INSUFFICIENT_FREE_GPUS, f"needs {need} {gpu_type} GPUs, {free_total} free"),
+                    hidden, cell, free_total)
+        return None, hidden, cell, free_total
 
     def _kept_for_others(self, gpu_type: str, hidden: dict[str, Node]) -> int:
         """Free GPUs of the type that this placement may not use: on nodes reserved for other gangs, or held for
