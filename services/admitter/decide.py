@@ -397,12 +397,11 @@ def admission_cycle(state: CellState, ctx: Context, only: Job | None = None, ref
             refuse(job, _QUOTA_REASONS[fit.limit], detail)
             continue
         guarded = guard is not None and not holds and not job.moving
-        # Quietly, a gang that its team's head keeps waiting even at its smallest (a bigger one delays the head more)
-        # waits and holds nothing wherever it would be placed, or if it would not be (unless it may then reserve
-        # nodes), and so does its whole group either way (when neither refusal spares any member of it): its room
-        # need not be looked for. Only a head start the cycle has already computed is read, as the guard would read
-        # it after the placement; a shortage in number is still noted for the gangs after it, as a failed placement
-        # would note it.
+        # Quietly, a whole gang that its team's head would wait for waits and holds nothing wherever it would be
+        # placed, or if it would not be (unless it may then reserve nodes), and so does its whole group either way
+        # (when neither refusal spares any member of it): its room need not be looked for. Only a head start the
+        # cycle has already computed is read, as the guard would read it after the placement; a shortage in number
+        # is still noted for the gangs after it, as a failed placement would note it.
         blocker = (guard.kept_blocker(job, fewest * job.gpus_per_worker)
                    if quiet and guarded and GUARD_BEFORE_PLACING and job.min_workers is None
                    and job.job_id not in reservations else None)
