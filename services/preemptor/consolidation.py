@@ -156,7 +156,10 @@ def homeless(state: CellState, victims: list[Job], ctx: Context) -> Job | None:
     free now, or None: the hold's GPUs are claimed for its gang, and work admitted or a reservation made since the
     plan may have taken the room the moves counted on."""
     placed: list[Job] = []
-    _each_placed(state, CapacityView(state.cluster), victims, ctx, placed)
+    view = CapacityView(state.cluster)
+    for victim in victims:  # as the plan counted (`_all_fit_elsewhere`): each leaves its GPUs the hold does not claim
+        view.release(victim)
+    _each_placed(state, view, victims, ctx, placed)
     return next((v for v in _biggest_first(victims) if v not in placed), None)
 
 
