@@ -144,22 +144,25 @@ def _released(state: CellState, gpu_type: str, memo: dict) -> list[Release]:
 
 def _all_fit_elsewhere(state: CellState, placement: Placement, victims: list[Job], ctx: Context) -> bool:
     """Whether the victims, biggest first, each find a placement in what is free once the gang holds `placement`."""
+    view = _left_by(state, victims)
+    view.hold(placement)
+    return _each_placed(state, view, victims, ctx)
+
+
+def _left_by(state: CellState, victims: list[Job]) -> CapacityView:
+    """The cell's capacity once the victims have left their GPUs."""
     view = CapacityView(state.cluster)
     for victim in victims:
         view.release(victim)
-    view.hold(placement)
-    return _each_placed(state, view, victims, ctx)
+    return view
 
 
 def homeless(state: CellState, victims: list[Job], ctx: Context) -> Job | None:
     """The first of a folded CONSOLIDATED hold's victims (biggest first) that no longer finds a placement in what is
     free now, or None: the hold's GPUs are claimed for its gang, and work admitted or a reservation made since the
     plan may have taken the room the moves counted on."""
-    placed: list[Job] = []
-    view = CapacityView(state.cluster)
-    for victim in victims:  # as the plan counted (`_all_fit_elsewhere`): each leaves its GPUs the hold does not claim
-        view.release(victim)
-    _each_placed(state, view, victims, ctx, placed)
+    placed: list[Job] = []  # counted as the plan counted them: each leaves its GPUs the hold does not claim
+    _each_placed(state, _left_by(state, victims), victims, ctx, placed)
     return next((v for v in _biggest_first(victims) if v not in placed), None)
 
 

@@ -75,26 +75,12 @@ def test_every_scenario_decides_the_same_with_the_guard_asked_first(path, monkey
     assert decisions(play, True, monkeypatch) == decisions(play, False, monkeypatch)
 
 
+@pytest.mark.parametrize("build", [lambda c: stream(c, steps=40), busy_team, fragmented],
+                         ids=["random-streams", "busy-teams", "fragmented-cells"])
 @SETTINGS
-@given(st.data())
-def test_random_streams_decide_the_same_with_the_guard_asked_first(data):
-    scenario = stream(DataChooser(data), steps=40)
-    with pytest.MonkeyPatch.context() as patch:
-        assert decisions(lambda: run(scenario), True, patch) == decisions(lambda: run(scenario), False, patch)
-
-
-@SETTINGS
-@given(st.data())
-def test_busy_teams_decide_the_same_with_the_guard_asked_first(data):
-    scenario = busy_team(DataChooser(data))
-    with pytest.MonkeyPatch.context() as patch:
-        assert decisions(lambda: run(scenario), True, patch) == decisions(lambda: run(scenario), False, patch)
-
-
-@SETTINGS
-@given(st.data())
-def test_fragmented_cells_decide_the_same_with_the_guard_asked_first(data):
-    scenario = fragmented(DataChooser(data))
+@given(data=st.data())
+def test_generated_cells_decide_the_same_with_the_guard_asked_first(build, data):
+    scenario = build(DataChooser(data))
     with pytest.MonkeyPatch.context() as patch:
         assert decisions(lambda: run(scenario), True, patch) == decisions(lambda: run(scenario), False, patch)
 
