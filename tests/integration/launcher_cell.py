@@ -45,9 +45,10 @@ class LauncherCell:
             for node in nodes:
                 self.start_agent(node)
             self.client = Client(bootstrap)
-            deadline = time.monotonic() + 60
+            # Registering takes ~4 s here, under load too; the margin is for a broker slow to form a new group.
+            deadline = time.monotonic() + 120
             while len(self.client.nodes()) < len(nodes):
-                assert time.monotonic() < deadline, "the agents did not register"
+                assert time.monotonic() < deadline, f"the agents did not register\n{self.plane.tails(20)}"
                 time.sleep(0.3)
             self.client.apply([TEAMS])
         except BaseException:
