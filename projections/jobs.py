@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import StrEnum
+from functools import cached_property
 
 from events.models import Reason
 
@@ -99,17 +100,19 @@ class Job:
     ended_at: int | None = None
     history: list[tuple[int, int, str, str]] = field(default_factory=list)  # (offset, at, event type, reason)
 
-    @property
+    # A gang's size never changes once submitted (a resubmission with another size is refused), so the sizes
+    # quota checks and queue keys read many times a cycle are computed once.
+    @cached_property
     def gpus(self) -> int:
         """GPUs the whole gang asks for."""
         return self.workers * self.gpus_per_worker
 
-    @property
+    @cached_property
     def min_count(self) -> int:
         """The fewest workers the gang may run with: min_workers (Volcano minAvailable), else all of them."""
         return self.workers if self.min_workers is None else max(1, min(self.min_workers, self.workers))
 
-    @property
+    @cached_property
     def min_gpus(self) -> int:
         """GPUs of the smallest admissible gang."""
         return self.min_count * self.gpus_per_worker

@@ -25,15 +25,14 @@ class Quota:
     nominal: int = 0
     borrowing_limit: int | None = None  # None: may borrow without limit
     lending_limit: int | None = None  # None: may lend all of its nominal
+    #: what it may lend, and the part of the nominal that is never lent (read by every quota check)
+    lendable: int = field(init=False, repr=False, compare=False)
+    guaranteed: int = field(init=False, repr=False, compare=False)
 
-    @property
-    def lendable(self) -> int:
-        return self.nominal if self.lending_limit is None else min(self.lending_limit, self.nominal)
-
-    @property
-    def guaranteed(self) -> int:
-        """The part of the nominal that is never lent."""
-        return self.nominal - self.lendable
+    def __post_init__(self) -> None:
+        lendable = self.nominal if self.lending_limit is None else min(self.lending_limit, self.nominal)
+        object.__setattr__(self, "lendable", lendable)
+        object.__setattr__(self, "guaranteed", self.nominal - lendable)
 
 
 @dataclass(frozen=True)
@@ -210,17 +209,21 @@ class Tenancy:
                    usage: dict[tuple[str, str], int] | None = None) -> Admissibility:
         """Quota check for `gpus` more GPUs, against `usage` (default: the folded usage)."""
         usage = self.usage if usage is None else usage
-        quota = self.quota(team, gpu_type)
-        used = usage.get((team, gpu_type), 0)
+        key = (team, gpu_type)
+        quota = self.quotas.get(key, NO_QUOTA)
+        used = usage.get(key, 0)
         after = used + gpus
         borrowed = max(0, after - quota.nominal)
-        cohort = self.teams[team].cohort if team in self.teams else None
+        member = self.teams.get(team)
+        cohort = member.cohort if member is not None else None
         if borrowed and (not borrowing or cohort is None):  # a team without a cohort has nothing to borrow from
             return _answer(False, borrowed, "nominal")
         if quota.borrowing_limit is not None and borrowed > quota.borrowing_limit:
             return _answer(False, borrowed, "borrowing_limit")
-        own_extra = max(0, after - quota.guaranteed) - max(0, used - quota.guaranteed)
-        if self.pool_used(team, gpu_type, usage) + own_extra > self.pool_size(team, gpu_type):
+        kept = quota.guaranteed
+        own_extra = max(0, after - kept) - max(0, used - kept)
+        size = self._pool_sizes.get(key)
+        if self.pool_used(team, gpu_type, usage) + own_extra > (self.pool_size(team, gpu_type) if size is None else size):
             return _answer(False, borrowed, "cohort" if borrowed else "reclaim")
         return _answer(True, borrowed, "")
 

@@ -266,10 +266,12 @@ def admission_cycle(state: CellState, ctx: Context, only: Job | None = None, ref
     if ctx.policy.preemption.keep_room_for_moves:
         _keep_room_for_movers(state, view, ctx,
                               lambda mover: excluded_nodes(reservations, mover, now, shadows, state.jobs))
+    # GPUs of each type free now, with those held for waiting gangs (the holders may use them)
+    free = {t: view.free_gpus(t) + _held_free(state, t, held) for t in state.cluster.gpu_types()} if (
+        only is None) else {}
     if only is not None:
         order = WaitingGangs(state, now, key, [[(None, only.job_id)]])
     else:
-        free = {t: view.free_gpus(t) + _held_free(state, t, held) for t in state.cluster.gpu_types()}
         order = WaitingGangs.of(state, now, key,
                                 lambda job: not quiet or job.min_gpus <= free.get(job.gpu_type, 0) or job.has_hold)
 
@@ -349,7 +351,7 @@ def admission_cycle(state: CellState, ctx: Context, only: Job | None = None, ref
         return True
 
     quota_blocked: dict[tuple[str, str], int] = {}  # smallest gang a team's quota refused this cycle
-    free_left = {t: view.free_gpus(t) + _held_free(state, t, held) for t in state.cluster.gpu_types()} if quiet else {}
+    free_left = dict(free) if quiet else {}
     for job in order:
         key_ = (job.gpu_type, job.gpus_per_worker)
         if quiet and not any(free_left.values()):

@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import cached_property
+from operator import mul
 from typing import TYPE_CHECKING
 
 from events import models as m
@@ -241,7 +242,7 @@ class CapacityView:
                 return (Unplaceable(Reason.WAITING_BEHIND_RESERVATION,
                                     f"every schedulable {gpu_type} node is reserved for another gang"), hidden, cell, 0)
             return Unplaceable(Reason.NO_HEALTHY_NODES_OF_TYPE, f"no schedulable {gpu_type} node in the cell"), hidden, cell, 0
-        free_total = sum(free * count for free, count in enumerate(cell))
+        free_total = sum(map(mul, range(len(cell)), cell))  # GPUs free: each count of nodes times their free GPUs
         if free_total < need:
             kept = self._kept_for_others(gpu_type, hidden)
             if free_total + kept >= need:
