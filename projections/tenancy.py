@@ -213,7 +213,9 @@ class Tenancy:
         quota = self.quotas.get(key, NO_QUOTA)
         used = usage.get(key, 0)
         after = used + gpus
-        borrowed = max(0, after - quota.nominal)
+        borrowed = after - quota.nominal  # conditionals, not max(): this runs for every quota check
+        if borrowed < 0:
+            borrowed = 0
         member = self.teams.get(team)
         cohort = member.cohort if member is not None else None
         if borrowed and (not borrowing or cohort is None):  # a team without a cohort has nothing to borrow from
@@ -221,7 +223,8 @@ class Tenancy:
         if quota.borrowing_limit is not None and borrowed > quota.borrowing_limit:
             return _answer(False, borrowed, "borrowing_limit")
         kept = quota.guaranteed
-        own_extra = max(0, after - kept) - max(0, used - kept)
+        over_after, over_before = after - kept, used - kept
+        own_extra = (over_after if over_after > 0 else 0) - (over_before if over_before > 0 else 0)
         size = self._pool_sizes.get(key)
         if self.pool_used(team, gpu_type, usage) + own_extra > (self.pool_size(team, gpu_type) if size is None else size):
             return _answer(False, borrowed, "cohort" if borrowed else "reclaim")
@@ -232,14 +235,20 @@ class Tenancy:
 
     def dominant_share_milli(self, team: str, usage: dict[tuple[str, str], int] | None = None) -> int:
         """Weighted dominant share: max over GPU types of usage / pool nominal, per weight, in thousandths."""
+        return self.dominant_shares(usage).get(team, 0)
+
+    def dominant_shares(self, usage: dict[tuple[str, str], int] | None = None) -> dict[str, int]:
+        """`dominant_share_milli` of every team that has one above 0, in one pass over the usage."""
         usage = self.usage if usage is None else usage
-        weight = max(self.teams[team].weight_milli if team in self.teams else 1000, 1)
-        share = 0
-        for (t, gpu_type), used in usage.items():  # a maximum: any order gives it
-            if t != team or used == 0:
+        shares: dict[str, int] = {}
+        for (team, gpu_type), used in usage.items():  # a maximum per team: any order gives it
+            if used == 0:
                 continue
-            share = max(share, used * 1_000_000 // (self.pool_nominal(team, gpu_type) * weight))
-        return share
+            weight = max(self.teams[team].weight_milli if team in self.teams else 1000, 1)
+            share = used * 1_000_000 // (self.pool_nominal(team, gpu_type) * weight)
+            if share > shares.get(team, 0):
+                shares[team] = share
+        return shares
 
     def pool_nominal(self, team: str, gpu_type: str) -> int:
         """The nominal quotas of a GPU type summed over `team`'s lending pool (at least 1: a share's divisor)."""

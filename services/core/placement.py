@@ -69,7 +69,7 @@ class Unplaceable:
 
 
 def _slots(histogram: list[int], g: int) -> int:
-    return sum(count * (free // g) for free, count in enumerate(histogram) if free >= g and count)
+    return sum(count * (free // g) for free, count in enumerate(histogram[g:], g) if count)
 
 
 class CapacityView:

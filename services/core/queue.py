@@ -51,15 +51,16 @@ def order_key(state: CellState, admission: AdmissionPolicy) -> Callable[[Job], t
     fair_share, nominal_first = admission.fair_share, admission.nominal_first
     las = least_attained_service(state, admission)
     tenancy = state.tenancy
-    shares: dict[str, int] = {}
+    shares: dict[str, int] | None = None if fair_share else {}  # every team's share, once a key needs them
     room: dict[tuple[str, str], int] = {}
 
     def key(job: Job) -> tuple:
+        nonlocal shares
         team = (job.team, job.gpu_type)
         if team not in room:
             room[team] = tenancy.quota(*team).nominal - tenancy.used(*team)
-        if fair_share and job.team not in shares:
-            shares[job.team] = tenancy.dominant_share_milli(job.team)
+        if shares is None:
+            shares = tenancy.dominant_shares()
         return (not job.moving, nominal_first and job.min_gpus > room[team], -job.priority, shares.get(job.team, 0),
                 job.service_band if las else 0, job.submitted_at, job.submit_offset, job.job_id)
 
@@ -76,10 +77,11 @@ class WaitingGangs:
         #: each group's needs when it is a whole group of `state.queued_by_needs` (its reasons are counted there)
         self.needs = needs if needs is not None else [None] * len(groups)
         self.cursor = [0] * len(groups)
-        self.heap: list[tuple[tuple, int]] = []
         self.current = -1
-        for g in range(len(groups)):
-            self._push(g)
+        # Entries (key, group) are distinct, so the heap pops them in one order however it was built: heapify.
+        self.heap: list[tuple[tuple, int]] = [entry for entry in map(self._entry, range(len(groups)))
+                                              if entry is not None]
+        heapq.heapify(self.heap)
 
     @classmethod
     def of(cls, state: CellState, now: int, key: Callable[[Job], tuple],
@@ -103,12 +105,17 @@ class WaitingGangs:
         return cls(state, now, key, groups, needs)
 
     def _push(self, g: int) -> None:
+        entry = self._entry(g)
+        if entry is not None:
+            heapq.heappush(self.heap, entry)
+
+    def _entry(self, g: int) -> tuple[tuple, int] | None:
+        """The heap entry of group `g`'s first member not backing off (None: every one is)."""
         members, i = self.groups[g], self.cursor[g]
         while i < len(members) and self.state.jobs[members[i][1]].not_before > self.now:
             i += 1  # still backing off
         self.cursor[g] = i
-        if i < len(members):
-            heapq.heappush(self.heap, (self.key(self.state.jobs[members[i][1]]), g))
+        return (self.key(self.state.jobs[members[i][1]]), g) if i < len(members) else None
 
     def __iter__(self) -> Iterator[Job]:
         while self.heap:
