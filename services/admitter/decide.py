@@ -422,11 +422,14 @@ def admission_cycle(state: CellState, ctx: Context, only: Job | None = None, ref
             excluded = excluded_nodes(reservations, job, now, shadows, state.jobs)
             # Its held GPUs are its own, even on nodes reserved for another gang; the rest of such a node is not.
             mine = _held_on(job, excluded) if holds else {}
-            with view.only(mine):
-                outcome = place_gang(view, job, most, ctx.policy.placement,
-                                     [name for name in excluded if name not in mine])
-                if mine and isinstance(outcome, Placement):
-                    outcome = outcome.chosen()  # on its held GPUs alone
+            if mine:
+                with view.only(mine):
+                    outcome = place_gang(view, job, most, ctx.policy.placement,
+                                         [name for name in excluded if name not in mine])
+                    if isinstance(outcome, Placement):
+                        outcome = outcome.chosen()  # on its held GPUs alone
+            else:
+                outcome = place_gang(view, job, most, ctx.policy.placement, excluded)
         if isinstance(outcome, Placement):
             gpus = outcome.workers * job.gpus_per_worker
             # a gang moving to make room was running: it takes its turn back, whatever waits behind it
