@@ -235,20 +235,14 @@ class Tenancy:
 
     def dominant_share_milli(self, team: str, usage: dict[tuple[str, str], int] | None = None) -> int:
         """Weighted dominant share: max over GPU types of usage / pool nominal, per weight, in thousandths."""
-        return self.dominant_shares(usage).get(team, 0)
-
-    def dominant_shares(self, usage: dict[tuple[str, str], int] | None = None) -> dict[str, int]:
-        """`dominant_share_milli` of every team that has one above 0, in one pass over the usage."""
         usage = self.usage if usage is None else usage
-        shares: dict[str, int] = {}
-        for (team, gpu_type), used in usage.items():  # a maximum per team: any order gives it
-            if used == 0:
+        weight = max(self.teams[team].weight_milli if team in self.teams else 1000, 1)
+        share = 0
+        for (t, gpu_type), used in usage.items():  # a maximum: any order gives it
+            if t != team or used == 0:
                 continue
-            weight = max(self.teams[team].weight_milli if team in self.teams else 1000, 1)
-            share = used * 1_000_000 // (self.pool_nominal(team, gpu_type) * weight)
-            if share > shares.get(team, 0):
-                shares[team] = share
-        return shares
+            share = max(share, used * 1_000_000 // (self.pool_nominal(team, gpu_type) * weight))
+        return share
 
     def pool_nominal(self, team: str, gpu_type: str) -> int:
         """The nominal quotas of a GPU type summed over `team`'s lending pool (at least 1: a share's divisor)."""

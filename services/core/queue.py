@@ -51,16 +51,15 @@ def order_key(state: CellState, admission: AdmissionPolicy) -> Callable[[Job], t
     fair_share, nominal_first = admission.fair_share, admission.nominal_first
     las = least_attained_service(state, admission)
     tenancy = state.tenancy
-    shares: dict[str, int] | None = None if fair_share else {}  # every team's share, once a key needs them
+    shares: dict[str, int] = {}
     room: dict[tuple[str, str], int] = {}
 
     def key(job: Job) -> tuple:
-        nonlocal shares
         team = (job.team, job.gpu_type)
         if team not in room:
             room[team] = tenancy.quota(*team).nominal - tenancy.used(*team)
-        if shares is None:
-            shares = tenancy.dominant_shares()
+        if fair_share and job.team not in shares:
+            shares[job.team] = tenancy.dominant_share_milli(job.team)
         return (not job.moving, nominal_first and job.min_gpus > room[team], -job.priority, shares.get(job.team, 0),
                 job.service_band if las else 0, job.submitted_at, job.submit_offset, job.job_id)
 
