@@ -370,7 +370,7 @@ class EventConsumer:
         self.topics, self.cells = topics, tuple(cells)
         self.codec = codec or EventCodec()
         self._pending: dict[tuple[str, int], int] = {}
-        self._pattern = False
+        self._missing_ok = False  # whether a subscribed topic that does not exist is no error
         self.decode_seconds = 0.0  # time spent decoding, for the service's timings
         self._last_commit = 0.0
         keys = writer_keys(bootstrap_servers)
@@ -404,10 +404,12 @@ class EventConsumer:
         self._consumer.assign([TopicPartition(p.topic, p.partition, p.offset if p.offset >= 0 else 0)
                                for p in committed])
 
-    def subscribe(self, topics: Sequence[str], on_assign: Callable, on_revoke: Callable) -> None:
+    def subscribe(self, topics: Sequence[str], on_assign: Callable, on_revoke: Callable,
+                  missing_ok: bool = False) -> None:
         """Joins the consumer group: partitions (cells) are shared among replicas and move when one dies.
-        `on_assign(consumer, partitions)` may set each partition's start offset before reading begins."""
-        self._pattern = any(t.startswith("^") for t in topics)
+        `on_assign(consumer, partitions)` may set each partition's start offset before reading begins. With
+        `missing_ok` (always for a pattern), a topic that does not exist, yet or any more, is no error."""
+        self._missing_ok = missing_ok or any(t.startswith("^") for t in topics)
         self._consumer.subscribe(list(topics), on_assign=on_assign, on_revoke=on_revoke, on_lost=on_revoke)
 
     def cluster_id(self) -> str:
@@ -430,8 +432,8 @@ class EventConsumer:
             if message.error() is not None:
                 if message.error().code() == KafkaError._PARTITION_EOF:
                     continue
-                if self._pattern and message.error().code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
-                    continue  # a pattern that matches no topic yet (no team or node has written)
+                if self._missing_ok and message.error().code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
+                    continue  # a topic not created yet, or deleted
                 raise KafkaException(message.error())
             topic, value, headers = message.topic(), message.value(), tuple(message.headers() or ())
             try:

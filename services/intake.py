@@ -22,7 +22,7 @@ import re
 import time
 from collections.abc import Sequence
 
-from confluent_kafka import KafkaException
+from confluent_kafka import ConsumerGroupState, KafkaException
 
 from events import models as m
 from events.auth import admin_client, service_principal
@@ -40,6 +40,10 @@ REPLICA_NAME = re.compile(r"[a-z0-9][a-z0-9-]{0,31}")
 #: How long an intake waits for a member of its name to leave the group before refusing to start: longer than
 #: the consumer's session timeout (events/log.py), so a predecessor killed with -9 is gone by then.
 NAME_WAIT_S = 10.0
+#: How often an intake looks for new input topics (a new team's or node's).
+FOLLOW_EVERY_S = 1.0
+#: How often it checks that the group has assigned every input topic to one of the intakes.
+CHECK_EVERY_S = 5.0
 
 
 def take_in(topics: TopicNames, cells: Sequence[str], record: LogRecord) -> tuple[m.Event | None, str]:
@@ -86,14 +90,17 @@ class Intake:
         self.transactional_id = f"{name_prefix}gangway-{NAME}" + (f"-{replica}" if replica else "")
         group = f"{name_prefix}gangway-{NAME}"
         _wait_for_name(bootstrap, principal, group, self.transactional_id)
-        # New input topics (a new team or node) are found within a second. Each has one partition: round robin
-        # deals them out among the replicas (the range assignor would give every partition 0 to one of them).
+        # Each input topic has one partition: round robin deals them out among the replicas (the range assignor
+        # would give every partition 0 to one of them).
         self.consumer = EventConsumer(bootstrap, group, topics, cells, principal=principal,
                                       **{"topic.metadata.refresh.interval.ms": 1000,
                                          "partition.assignment.strategy": "roundrobin",
                                          "client.id": self.transactional_id})
-        self.consumer.subscribe([f"^{re.escape(topics.inputs)}.*"], lambda c, ps: c.assign(ps),
-                                lambda c, ps: None)
+        self.inputs: list[str] = []  # the input topics subscribed to
+        self.group, self._admin = group, admin_client(bootstrap, principal)
+        self._next_look = self._next_check = 0.0
+        self._unassigned: set[str] = set()  # subscribed topics the group had assigned to no member at the last check
+        self.follow_inputs()
         self._producer = lambda: EventProducer(bootstrap, self.transactional_id, topics, cells, principal=principal)
         self.producer = self._producer()
         self.taken = self.refused = 0
@@ -141,7 +148,51 @@ class Intake:
                 raw.seek(tp if tp.offset >= 0 else type(tp)(tp.topic, tp.partition, 0))
         time.sleep(0.5)
 
+    def follow_inputs(self) -> None:
+        """Subscribes to every input topic the cluster has, looking again each FOLLOW_EVERY_S: a new team's or
+        node's topic is taken in within about a second. An explicit list rather than a pattern: librdkafka's
+        pattern subscription can miss for good a topic created while its group rebalances (librdkafka#3008; seen
+        here as node agents whose registrations were never taken in)."""
+        self._next_look = time.monotonic() + FOLLOW_EVERY_S
+        try:
+            metadata = self.consumer.raw.list_topics(timeout=FOLLOW_EVERY_S * 5)
+        except KafkaException as error:  # no broker answers: the subscription stays as it is
+            log.warning("intake could not list the input topics (%s)", error)
+            return
+        inputs = sorted(name for name in metadata.topics if name.startswith(self.topics.inputs))
+        if inputs != self.inputs and inputs:
+            self._subscribe(inputs)
+        elif self.inputs and time.monotonic() >= self._next_check:
+            # A topic still assigned to no member one check later was missed by the group's last assignment (a
+            # topic created while it rebalanced can be): joining again makes the group assign it.
+            self._next_check = time.monotonic() + CHECK_EVERY_S
+            unassigned, self._unassigned = self._unassigned, self._assigned_to_none()
+            if unassigned & self._unassigned:
+                log.warning("intake: %s assigned to no intake; joining the group again",
+                            ", ".join(sorted(unassigned & self._unassigned)))
+                self._subscribe(self.inputs)
+
+    def _subscribe(self, inputs: list[str]) -> None:
+        self.consumer.subscribe(inputs, lambda c, ps: c.assign(ps), lambda c, ps: None, missing_ok=True)
+        self.inputs, self._unassigned = inputs, set()
+        self._next_check = time.monotonic() + CHECK_EVERY_S
+
+    def _assigned_to_none(self) -> set[str]:
+        """The subscribed topics no member of the group holds while it is stable (none when it is not, or does not
+        answer)."""
+        try:
+            group = self._admin.describe_consumer_groups([self.group])[self.group].result(timeout=CHECK_EVERY_S)
+        except (KafkaException, TimeoutError):
+            return set()
+        if group.state is not ConsumerGroupState.STABLE:
+            return set()
+        assigned = {tp.topic for member in group.members if member.assignment is not None
+                    for tp in member.assignment.topic_partitions}
+        return set(self.inputs) - assigned
+
     def poll_once(self, timeout: float = 0.5) -> int:
+        if time.monotonic() >= self._next_look:
+            self.follow_inputs()
         records = self.consumer.poll(self.batch_size, timeout)
         if not records:
             return 0
