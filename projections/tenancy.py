@@ -186,7 +186,7 @@ class Tenancy:
     def pool_used(self, team: str, gpu_type: str, usage: dict[tuple[str, str], int] | None = None) -> int:
         usage = self.usage if usage is None else usage
         if type(usage) is PooledUsage:
-            pool = (self.pool_members(team)[0], gpu_type)  # its first member names a pool
+            pool = ((self._pools.get(team) or self.pool_members(team))[0], gpu_type)  # its first member names it
             used = usage.pools.get(pool)
             if used is None:
                 used = usage.pools[pool] = self._pool_used(team, gpu_type, usage)

@@ -355,7 +355,9 @@ class Guard:
         if start is None:
             if head.gpu_type not in self.running:
                 self.running[head.gpu_type] = releases(self.state, head.gpu_type)
-            released = sorted([*self.running[head.gpu_type], *_admitted(self.admitted, head.gpu_type, self.now)])
+            admitted = _admitted(self.admitted, head.gpu_type, self.now)
+            # the folded releases come sorted: only admissions this cycle need merging in
+            released = sorted([*self.running[head.gpu_type], *admitted]) if admitted else self.running[head.gpu_type]
             start = self.starts[head.job_id] = expected_start(self.state.tenancy, head, self.now,
                                                               self.free(head.gpu_type), self.usage, self.borrowing,
                                                               released, self.admissible(head),
