@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import logging
 import re
+import threading
 import time
 from collections.abc import Sequence
 
@@ -40,7 +41,8 @@ REPLICA_NAME = re.compile(r"[a-z0-9][a-z0-9-]{0,31}")
 #: How long an intake waits for a member of its name to leave the group before refusing to start: longer than
 #: the consumer's session timeout (events/log.py), so a predecessor killed with -9 is gone by then.
 NAME_WAIT_S = 10.0
-#: How often an intake looks for new input topics (a new team's or node's).
+#: How often an intake looks for new input topics (a new team's or node's), on a thread of its own: a look is a
+#: round trip to the broker, and on the intake's loop it held up the batch behind it (the latency benchmark's p99).
 FOLLOW_EVERY_S = 1.0
 #: How often it checks that the group has assigned every input topic to one of the intakes.
 CHECK_EVERY_S = 5.0
@@ -98,9 +100,17 @@ class Intake:
                                          "client.id": self.transactional_id})
         self.inputs: list[str] = []  # the input topics subscribed to
         self.group, self._admin = group, admin_client(bootstrap, principal)
-        self._next_look = self._next_check = 0.0
+        self._next_check = 0.0
         self._unassigned: set[str] = set()  # subscribed topics the group had assigned to no member at the last check
+        # What the follower thread found last, for the loop to act on: the input topics listed, and the subscribed
+        # ones the group assigned to no member (with the subscription that check was made against).
+        self._listed: list[str] | None = None
+        self._checked: tuple[list[str], set[str]] | None = None
+        self._stopping = threading.Event()
+        self.look()
         self.follow_inputs()
+        self._follower = threading.Thread(target=self._follow, name="intake-follower", daemon=True)
+        self._follower.start()
         self._producer = lambda: EventProducer(bootstrap, self.transactional_id, topics, cells, principal=principal)
         self.producer = self._producer()
         self.taken = self.refused = 0
@@ -125,9 +135,15 @@ class Intake:
                     self._rewind()
                 polls += 1
         finally:
-            self.consumer.close()
-            self.producer.flush()
-            self.tracer.shutdown()
+            self.close()
+
+    def close(self) -> None:
+        """Stops following the input topics, leaves the group and flushes what was produced."""
+        self._stopping.set()
+        self._follower.join(timeout=FOLLOW_EVERY_S * 5 + 1)
+        self.consumer.close()
+        self.producer.flush()
+        self.tracer.shutdown()
 
     def _renew_producer(self) -> None:
         """A new producer under the same transactional id; while the coordinator cannot answer, the fenced one
@@ -148,38 +164,53 @@ class Intake:
                 raw.seek(tp if tp.offset >= 0 else type(tp)(tp.topic, tp.partition, 0))
         time.sleep(0.5)
 
-    def follow_inputs(self) -> None:
-        """Subscribes to every input topic the cluster has, looking again each FOLLOW_EVERY_S: a new team's or
-        node's topic is taken in within about a second. An explicit list rather than a pattern: librdkafka's
-        pattern subscription can miss for good a topic created while its group rebalances (librdkafka#3008; seen
-        here as node agents whose registrations were never taken in)."""
-        self._next_look = time.monotonic() + FOLLOW_EVERY_S
+    def _follow(self) -> None:
+        """The follower thread: looks each FOLLOW_EVERY_S until the intake closes."""
+        while not self._stopping.wait(FOLLOW_EVERY_S):
+            self.look()
+
+    def look(self) -> None:
+        """Lists the input topics the cluster has and, every CHECK_EVERY_S while the subscription is up to date,
+        which of them the group has assigned to no intake; `follow_inputs` acts on what was found."""
         try:
-            metadata = self.consumer.raw.list_topics(timeout=FOLLOW_EVERY_S * 5)
+            metadata = self._admin.list_topics(timeout=FOLLOW_EVERY_S * 5)
         except KafkaException as error:  # no broker answers: the subscription stays as it is
             log.warning("intake could not list the input topics (%s)", error)
             return
         inputs = sorted(name for name in metadata.topics if name.startswith(self.topics.inputs))
-        if inputs != self.inputs and inputs:
-            self._subscribe(inputs)
-        elif self.inputs and time.monotonic() >= self._next_check:
-            # A topic still assigned to no member one check later was missed by the group's last assignment (a
-            # topic created while it rebalanced can be): joining again makes the group assign it.
+        subscribed = self.inputs
+        if inputs == subscribed and subscribed and time.monotonic() >= self._next_check:
             self._next_check = time.monotonic() + CHECK_EVERY_S
-            unassigned, self._unassigned = self._unassigned, self._assigned_to_none()
-            if unassigned & self._unassigned:
-                log.warning("intake: %s assigned to no intake; joining the group again",
-                            ", ".join(sorted(unassigned & self._unassigned)))
-                self._subscribe(self.inputs)
+            self._checked = (subscribed, self._assigned_to_none(subscribed))
+        self._listed = inputs
+
+    def follow_inputs(self) -> None:
+        """Subscribes to every input topic the follower listed: a new team's or node's topic is taken in within
+        about a second. An explicit list rather than a pattern: librdkafka's pattern subscription can miss for good
+        a topic created while its group rebalances (librdkafka#3008; seen here as node agents whose registrations
+        were never taken in). A topic still assigned to no member one check later was missed by the group's last
+        assignment in the same way: joining again makes the group assign it."""
+        listed, self._listed = self._listed, None
+        if listed and listed != self.inputs:
+            self._subscribe(listed)
+            return
+        checked, self._checked = self._checked, None
+        if checked is None or checked[0] != self.inputs:
+            return  # no check, or one made against another subscription
+        unassigned, self._unassigned = self._unassigned, checked[1]
+        if unassigned & self._unassigned:
+            log.warning("intake: %s assigned to no intake; joining the group again",
+                        ", ".join(sorted(unassigned & self._unassigned)))
+            self._subscribe(self.inputs)
 
     def _subscribe(self, inputs: list[str]) -> None:
         self.consumer.subscribe(inputs, lambda c, ps: c.assign(ps), lambda c, ps: None, missing_ok=True)
         self.inputs, self._unassigned = inputs, set()
         self._next_check = time.monotonic() + CHECK_EVERY_S
 
-    def _assigned_to_none(self) -> set[str]:
-        """The subscribed topics no member of the group holds while it is stable (none when it is not, or does not
-        answer)."""
+    def _assigned_to_none(self, subscribed: list[str]) -> set[str]:
+        """The `subscribed` topics no member of the group holds while it is stable (none when it is not, or does
+        not answer)."""
         try:
             group = self._admin.describe_consumer_groups([self.group])[self.group].result(timeout=CHECK_EVERY_S)
         except (KafkaException, TimeoutError):
@@ -188,11 +219,10 @@ class Intake:
             return set()
         assigned = {tp.topic for member in group.members if member.assignment is not None
                     for tp in member.assignment.topic_partitions}
-        return set(self.inputs) - assigned
+        return set(subscribed) - assigned
 
     def poll_once(self, timeout: float = 0.5) -> int:
-        if time.monotonic() >= self._next_look:
-            self.follow_inputs()
+        self.follow_inputs()
         records = self.consumer.poll(self.batch_size, timeout)
         if not records:
             return 0

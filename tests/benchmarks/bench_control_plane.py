@@ -52,11 +52,14 @@ class PlacedWatcher(threading.Thread):
         self.placed: dict[str, float] = {}
         self.decided: dict[str, float] = {}  # job -> wall-clock time its JobPlaced was produced
         self.seen: dict[str, float] = {}  # job -> wall-clock time it was seen
+        self.logged: dict[str, float] = {}  # job -> wall-clock time its JobSubmitted was produced onto the log
         self.stop = False
 
     def run(self) -> None:
         while not self.stop:
             for record in self.reader.poll(0.05):
+                if isinstance(record.event, m.JobSubmitted):
+                    self.logged.setdefault(record.event.job_id, record.timestamp_ms / 1000)
                 if isinstance(record.event, m.JobPlaced) and record.event.job_id not in self.placed:
                     self.placed[record.event.job_id] = time.perf_counter()
                     self.seen[record.event.job_id] = time.time()
@@ -171,6 +174,8 @@ def main() -> int:
                   f"p50 {p50:.1f} ms, p99 {p99:.1f} ms, max {latencies[-1]:.1f} ms")
             placed_jobs = [j for j in sent if j in watcher.placed]
             for name, part in (("submit-to-decided", lambda j: watcher.decided[j] - sent_wall[j]),
+                               ("  submit-to-logged (the intake's hop)", lambda j: watcher.logged[j] - sent_wall[j]),
+                               ("  logged-to-decided (the admitter's)", lambda j: watcher.decided[j] - watcher.logged[j]),
                                ("decided-to-visible", lambda j: watcher.seen[j] - watcher.decided[j])):
                 values = sorted(part(j) * 1000 for j in placed_jobs)
                 print(f"   {name}: p50 {statistics.median(values):.1f} ms, "

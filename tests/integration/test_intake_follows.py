@@ -37,8 +37,7 @@ def test_topics_created_while_the_intake_rebalances_are_taken_in(kafka_bootstrap
             assert time.monotonic() < deadline, f"taken in {intake.taken} of {len(teams)}; subscribed {intake.inputs}"
             intake.poll_once(0.2)
     finally:
-        intake.consumer.close()
-        intake.producer.flush()
+        intake.close()
     logged = read_log(kafka_bootstrap, topics, until=lambda events: len(events) >= len(teams), timeout=30)
     assert sorted(e.job_id for _, e in logged if isinstance(e, m.JobSubmitted)) == sorted(f"{t}-job" for t in teams)
     assert intake.inputs == sorted(topics.team_input(t) for t in teams)
@@ -62,5 +61,4 @@ def test_a_topic_the_group_left_unassigned_is_assigned_at_the_next_checks(kafka_
             assert time.monotonic() < deadline, f"taken in {intake.taken} of 2"
             intake.poll_once(0.2)
     finally:
-        intake.consumer.close()
-        intake.producer.flush()
+        intake.close()
