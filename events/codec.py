@@ -63,7 +63,7 @@ class EventCodec:
                 f"expected Avro single-object encoding (C3 01 + 8-byte fingerprint), got {_preview(data)}",
             )
         fingerprint = int.from_bytes(data[2:HEADER_SIZE], "little")
-        writer = self.catalogue.by_fingerprint.get(fingerprint)
+        writer = self.catalogue.writer(fingerprint)
         if writer is None:
             raise UndecodableEvent(
                 Undecodable.UNKNOWN_FINGERPRINT,
