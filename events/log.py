@@ -126,6 +126,13 @@ _FENCED = (KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PR
 Headers = Sequence[tuple[str, bytes | str]]
 
 
+#: The suffix of a writer's second transactional id (`EventProducer(by_turns=True)`). A transaction begun right after
+#: a commit under the same id meets CONCURRENT_TRANSACTIONS until the broker has written that commit's markers:
+#: with three brokers that wait was most of a transaction (docs/benchmarks.md). '~' is in no cell, service or replica
+#: name, so no writer's first id is another's second.
+SECOND_ID = "~2"
+
+
 class EventProducer:
     """Writes events to their cell's partition, inside Kafka transactions. With `inputs`, a writer from outside
     the control plane (launcher, agent, fleet): every event goes to its input topic instead (events/topics.py;
@@ -133,7 +140,8 @@ class EventProducer:
 
     def __init__(self, bootstrap_servers: str, transactional_id: str, topics: TopicNames, cells: Sequence[str],
                  codec: EventCodec | None = None, transaction_timeout_ms: int = 10_000,
-                 principal: str | Credentials | None = None, inputs: bool | Callable[[Event], str] = False) -> None:
+                 principal: str | Credentials | None = None, inputs: bool | Callable[[Event], str] = False,
+                 by_turns: bool = False) -> None:
         self.topics, self.cells = topics, tuple(cells)
         self.codec = codec or EventCodec()
         self.inputs = inputs  # True: each event's input topic (TopicNames.input_topic); or a function choosing it
@@ -154,13 +162,30 @@ class EventProducer:
             "retry.backoff.ms": 5,
             "logger": quiet_logger(),
         }
+        self._spare: tuple[Producer, dict] | None = None  # with `by_turns`: the other producer and its config
         self._start()
+        if by_turns:
+            spare = {**self._config, "transactional.id": transactional_id + SECOND_ID}
+            self._spare = (self._started(spare), spare)
 
     def _start(self) -> None:
-        self._producer = Producer(self._config)
+        self._producer = self._started(self._config)
         self._abandoned = False
+
+    @staticmethod
+    def _started(config: dict) -> Producer:
+        producer = Producer(config)
         # Fences any earlier producer with this id and aborts its open transaction at once.
-        retrying(lambda: self._producer.init_transactions(30), attempts=60)
+        retrying(lambda: producer.init_transactions(30), attempts=60)
+        return producer
+
+    def _take_turns(self) -> None:
+        """After a commit, the next transaction goes to the other producer (`by_turns`), whose last commit's markers
+        were written long ago. The order of the log holds: a transaction begins only once the one before has
+        committed, so its records and its consumed offsets are written after that one's (the group keeps the
+        offsets written last, whichever commit's markers land first)."""
+        if self._spare is not None:
+            (self._producer, self._config), self._spare = self._spare, (self._producer, self._config)
 
     def write(self, events: Sequence[Event] = (), heartbeats: Sequence[Event] = (),
               letters: Sequence[DeadLetter] = (), consumer: EventConsumer | None = None,
@@ -282,6 +307,7 @@ class EventProducer:
             self._unsigned = None
             self._abort()
             raise
+        self._take_turns()
 
     def _send_offsets(self, offsets: list[TopicPartition], group: object) -> None:
         """send_offsets_to_transaction, given up on when it overstays its timeout: librdkafka can block in it for
@@ -335,6 +361,8 @@ class EventProducer:
 
     def flush(self, timeout: float = 30) -> None:
         self._producer.flush(timeout)
+        if self._spare is not None:
+            self._spare[0].flush(timeout)
 
 
 def ensure_input_topic(bootstrap: str, principal: str | Credentials | None, topic: str, timeout: float = 30.0) -> None:

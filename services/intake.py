@@ -74,8 +74,9 @@ class IntakeNameTaken(RuntimeError):
 
 class Intake:
     """One intake replica. Replicas share the input topics through their consumer group, so when one stops
-    another takes over what it read. Each has a transactional id of its own (`gangway-intake`, or
-    `gangway-intake-<replica>`): the same replica restarted fences what it left open, and one the group has
+    another takes over what it read. Each has transactional ids of its own (`gangway-intake`, or
+    `gangway-intake-<replica>`, and the same with `~2`: it commits under each in turn, events/log.py `by_turns`):
+    the same replica restarted fences what it left open, and one the group has
     moved on from is fenced by the group's generation when it commits (KIP-447), so nothing is taken in twice.
     An intake does not start while one of its name is in the group (IntakeNameTaken); two started at the same
     moment would take turns fencing each other, still taking each input in once."""
@@ -111,7 +112,8 @@ class Intake:
         self.follow_inputs()
         self._follower = threading.Thread(target=self._follow, name="intake-follower", daemon=True)
         self._follower.start()
-        self._producer = lambda: EventProducer(bootstrap, self.transactional_id, topics, cells, principal=principal)
+        self._producer = lambda: EventProducer(bootstrap, self.transactional_id, topics, cells, principal=principal,
+                                               by_turns=True)
         self.producer = self._producer()
         self.taken = self.refused = 0
 

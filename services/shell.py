@@ -5,8 +5,9 @@ one transaction, then saves the replica's state with its offset in one RocksDB w
 - Cells are partitions: replicas of a service share them as one consumer group, and a cell that moves is
   restored from its RocksDB projection (or rebuilt from offset 0 when it has none). A store remembers the
   log it was folded from (cluster, topic, partition) and refuses to resume on another one.
-- One transactional producer per service and cell (`gangway-<service>-<cell>`): a new owner fences the old
-  one and aborts its open transaction at once.
+- Two transactional producers per service and cell (`gangway-<service>-<cell>` and the same with `~2`), one
+  transaction each in turn (events/log.py, `by_turns`): a new owner fences both of the old owner's and aborts
+  their open transactions at once.
 - The projection is saved only after the transaction commits, so it never runs ahead of Kafka. If the
   process dies between the two, the events in between are consumed again and their decisions, already in
   the log, are not written twice (the replica remembers them as in flight, which they are).
@@ -232,7 +233,7 @@ class ServiceShell:
         replica.heartbeats = dict(side.get("heartbeats", {}))
         replica.pending_heartbeats = [tuple(p) for p in side.get("pending", [])]
         producer = EventProducer(self.bootstrap, f"{self.name_prefix}gangway-{self.decider.name}-{cell}",
-                                 self.topics, self.cells, principal=self.principal)
+                                 self.topics, self.cells, principal=self.principal, by_turns=True)
         runtime = CellRuntime(cell, partition, replica, store, producer,
                               heartbeat_offset=side.get("offset", OFFSET_BEGINNING),
                               traces={job.removeprefix(TRACE_ROW): parent.decode()

@@ -45,7 +45,7 @@ def producer_over(fake: RefusingProducer) -> EventProducer:
     producer = object.__new__(EventProducer)  # no broker: only the retry rule is under test
     producer._producer, producer._abandoned, producer._signer, producer._unsigned = fake, False, None, None
     producer.topics, producer.cells, producer.codec, producer.inputs = topic_names(""), ("test-cell",), EventCodec(), None
-    producer._config = {"transactional.id": "test"}
+    producer._config, producer._spare = {"transactional.id": "test"}, None
     return producer
 
 
@@ -66,3 +66,14 @@ def test_an_error_that_will_not_pass_is_raised() -> None:
     with pytest.raises(KafkaException):
         producer_over(fake).write([tick(1_000)])
     assert fake.calls == ["begin", "abort"]
+
+
+def test_a_writer_by_turns_commits_under_each_id_in_turn_and_writes_a_failed_transaction_again_under_the_same():
+    first, second = RefusingProducer(failures=0, code=0), RefusingProducer(failures=1, code=KafkaError._UNKNOWN_TOPIC)
+    producer = producer_over(first)
+    producer._spare = (second, {"transactional.id": "test~2"})
+    for at in (1_000, 2_000, 3_000):
+        producer.write([tick(at)])
+    assert first.calls == ["begin", "commit", "begin", "commit"]
+    assert second.calls == ["begin", "abort", "begin", "commit"]
+    assert producer._config == {"transactional.id": "test~2"}  # the next transaction's producer and id go together
