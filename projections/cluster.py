@@ -48,7 +48,9 @@ class Node:
         """GPUs that no job holds, no waiting gang has claimed and that are not retired."""
         if self.claimed:
             return self.gpus - len(self.holder.keys() | self.retired | self.claimed.keys())
-        return self.gpus - len(self.holder) - len(self.retired - self.holder.keys())
+        if self.retired:
+            return self.gpus - len(self.holder) - len(self.retired - self.holder.keys())
+        return self.gpus - len(self.holder)
 
     def jobs(self) -> list[str]:
         return sorted(set(self.holder.values()))
