@@ -24,6 +24,7 @@ import time
 from collections.abc import Sequence
 
 from confluent_kafka import ConsumerGroupState, KafkaException
+from confluent_kafka.admin import AdminClient
 
 from events import models as m
 from events.auth import admin_client, service_principal
@@ -92,7 +93,8 @@ class Intake:
         principal = service_principal(NAME)
         self.transactional_id = f"{name_prefix}gangway-{NAME}" + (f"-{replica}" if replica else "")
         group = f"{name_prefix}gangway-{NAME}"
-        _wait_for_name(bootstrap, principal, group, self.transactional_id)
+        self.group, self._admin = group, admin_client(bootstrap, principal)
+        _wait_for_name(self._admin, group, self.transactional_id)
         # Each input topic has one partition: round robin deals them out among the replicas (the range assignor
         # would give every partition 0 to one of them).
         self.consumer = EventConsumer(bootstrap, group, topics, cells, principal=principal,
@@ -100,7 +102,6 @@ class Intake:
                                          "partition.assignment.strategy": "roundrobin",
                                          "client.id": self.transactional_id})
         self.inputs: list[str] = []  # the input topics subscribed to
-        self.group, self._admin = group, admin_client(bootstrap, principal)
         self._next_check = 0.0
         self._unassigned: set[str] = set()  # subscribed topics the group had assigned to no member at the last check
         # What the follower thread found last, for the loop to act on: the input topics listed, and the subscribed
@@ -256,10 +257,9 @@ class Intake:
             return [("traceparent", span.traceparent)]
 
 
-def _wait_for_name(bootstrap: str, principal: str, group: str, client_id: str) -> None:
+def _wait_for_name(admin: AdminClient, group: str, client_id: str) -> None:
     """Returns once no member of `group` goes by `client_id`; raises IntakeNameTaken if one stays NAME_WAIT_S. A group
     that does not answer is asked again (an intake never starts without knowing)."""
-    admin = admin_client(bootstrap, principal)
     deadline = time.monotonic() + NAME_WAIT_S
     while True:
         try:

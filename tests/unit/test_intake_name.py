@@ -39,28 +39,23 @@ class _Answer:
 
 @pytest.fixture
 def group(monkeypatch):
-    def use(*answers) -> Group:
-        made = Group(*answers)
-        monkeypatch.setattr(intake, "admin_client", lambda bootstrap, principal: made)
-        monkeypatch.setattr(intake.time, "sleep", lambda s: None)
-        return made
-    return use
+    monkeypatch.setattr(intake.time, "sleep", lambda s: None)
+    return Group
 
 
 def test_a_group_that_does_not_answer_is_asked_again(group) -> None:
     asked = group("timeout", "timeout", [])
-    intake._wait_for_name("127.0.0.1:1", "intake", "gangway-intake", "gangway-intake-a")
+    intake._wait_for_name(asked, "gangway-intake", "gangway-intake-a")
     assert asked.asked == 3
 
 
 def test_a_member_of_its_name_that_leaves_lets_it_start(group) -> None:
     asked = group(["gangway-intake-a"], [])
-    intake._wait_for_name("127.0.0.1:1", "intake", "gangway-intake", "gangway-intake-a")
+    intake._wait_for_name(asked, "gangway-intake", "gangway-intake-a")
     assert asked.asked == 2
 
 
 def test_a_member_of_its_name_that_stays_is_refused(group, monkeypatch) -> None:
     monkeypatch.setattr(intake, "NAME_WAIT_S", -1.0)
-    group(["gangway-intake-a"])
     with pytest.raises(intake.IntakeNameTaken):
-        intake._wait_for_name("127.0.0.1:1", "intake", "gangway-intake", "gangway-intake-a")
+        intake._wait_for_name(group(["gangway-intake-a"]), "gangway-intake", "gangway-intake-a")
