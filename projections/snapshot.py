@@ -93,20 +93,28 @@ def _row(state: CellState, key: str) -> Any:
     raise KeyError(key)
 
 
+#: A job row's fields in order, and the types whose values go into it as they are (the most of them): a save writes
+#: the row of every job that changed, many a second on a busy cell.
+_JOB_FIELDS = tuple(Job.__dataclass_fields__)
+_AS_THEY_ARE = frozenset({int, str, bool, type(None), JobState, Reason})
+_LISTS = frozenset({"assignments", "held", "history"})
+
+
 def _job(job: Job) -> dict[str, Any]:
     out = {}
-    for name in Job.__dataclass_fields__:
+    for name in _JOB_FIELDS:
         value = getattr(job, name)
-        if isinstance(value, frozenset):
-            value = sorted(value)
-        elif isinstance(value, Checkpoint):
-            value = [value.checkpoint_id, value.progress_ms, value.at]
-        elif name in ("assignments", "held"):
-            value = [[w, n, list(g)] for w, n, g in value]
-        elif isinstance(value, tuple):
-            value = list(value)
-        elif name == "history":
-            value = [list(h) for h in value]
+        if type(value) not in _AS_THEY_ARE or name in _LISTS:
+            if isinstance(value, frozenset):
+                value = sorted(value)
+            elif isinstance(value, Checkpoint):
+                value = [value.checkpoint_id, value.progress_ms, value.at]
+            elif name in ("assignments", "held"):
+                value = [[w, n, list(g)] for w, n, g in value]
+            elif isinstance(value, tuple):
+                value = list(value)
+            elif name == "history":
+                value = [list(h) for h in value]
         out[name] = value
     return out
 
