@@ -30,6 +30,7 @@ from events.broker import LocalKafka, find_free_base_port, quiet_logger  # noqa:
 from events.log import EventConsumer, EventProducer  # noqa: E402
 from events.models import Envelope, Tick  # noqa: E402
 from events.topics import ensure_topics, topic_names  # noqa: E402
+from replay.sim.metrics import percentile  # noqa: E402
 from tests.conftest import use_admin_of  # noqa: E402
 
 CELLS = ("cell-a",)
@@ -65,11 +66,6 @@ def one_round(bootstrap: str, hops: int, by_turns: bool, replicas: int) -> list[
     return took
 
 
-def percentile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[int(q * (len(ordered) - 1))]
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--hops", type=int, default=300)
@@ -85,9 +81,8 @@ def main() -> int:
                 figures: dict[bool, list[tuple[float, float, float]]] = {False: [], True: []}
                 for _ in range(args.runs):
                     for by_turns in (False, True):
-                        took = one_round(bootstrap, args.hops, by_turns, kafka.replication_factor)
-                        figures[by_turns].append((statistics.median(took), percentile(took, 0.9),
-                                                  percentile(took, 0.99)))
+                        took = sorted(one_round(bootstrap, args.hops, by_turns, kafka.replication_factor))
+                        figures[by_turns].append((statistics.median(took), percentile(took, 90), percentile(took, 99)))
             finally:
                 kafka.stop()
         for by_turns, rounds in figures.items():
