@@ -507,6 +507,15 @@ class EventConsumer:
         if time.monotonic() - self._last_commit >= every_s:
             self.flush_commits()
 
+    def committed_in_transaction(self, consumed: Sequence[LogRecord]) -> None:
+        """A transaction committed the offsets after `consumed`: offsets `commit_later` holds back that are not past
+        them are dropped, so committing those later cannot take the group's offset back behind the transaction's
+        (a restart would then decide again, and write twice, what the transaction's batch decided)."""
+        for t in self.next_offsets(consumed):
+            key = (t.topic, t.partition)
+            if self._pending.get(key, t.offset + 1) <= t.offset:
+                del self._pending[key]
+
     def flush_commits(self) -> None:
         """Commits what `commit_later` holds back now: when the log falls quiet, so the group's lag reads 0."""
         if self._pending:
