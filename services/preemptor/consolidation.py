@@ -98,16 +98,29 @@ def moves_for(state: CellState, job: Job, ctx: Context, memo: dict,
 def _movers(state: CellState, gpu_type: str, policy: PreemptionPolicy, now: int) -> list[tuple[tuple, Job]]:
     """The running jobs of `gpu_type` that may move (for a gang bigger than they are), in the order moves are
     tried: the smallest first, from the emptiest nodes (one such move may free a whole node), least work lost."""
-    nodes = state.cluster.nodes
+    nodes, jobs = state.cluster.nodes, state.jobs
+    free_on: dict[str, int] = {}  # free GPUs per node, looked up once: most nodes hold several movers
     out = []
     for team in sorted(state.running_by_team):
         for victim_id in state.running_before(team, now - policy.min_runtime_ms):
-            victim = state.jobs[victim_id]
-            if victim.gpu_type == gpu_type and _may_move(victim, policy, now):
-                free = max((nodes[n].free for _, n, _ in victim.assignments if n in nodes), default=0)
-                out.append(((victim.held_gpus, -free, lost_work_gpu_ms(victim, now), victim.job_id), victim))
-    out.sort(key=lambda c: c[0])
+            victim = jobs[victim_id]
+            if victim.gpu_type != gpu_type or not _may_move(victim, policy, now):
+                continue
+            free = 0  # on the emptiest of its nodes (a node no longer in the cell counts as none free)
+            for _, name, _ in victim.assignments:
+                here = free_on.get(name)
+                if here is None:
+                    node = nodes.get(name)
+                    here = free_on[name] = 0 if node is None else node.free
+                if here > free:
+                    free = here
+            out.append(((victim.held_gpus, -free, lost_work_gpu_ms(victim, now), victim_id), victim))
+    out.sort(key=_key)
     return out
+
+
+def _key(candidate: tuple[tuple, Job]) -> tuple:
+    return candidate[0]
 
 
 def _held_gpus(candidate: tuple[tuple, Job]) -> int:

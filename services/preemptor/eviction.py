@@ -62,22 +62,30 @@ class AfterEviction:
 
     def admissible_without(self, victims: list[Job]) -> bool:
         """Whether the job is admissible with `victims` evicted too (none of them evicted now), leaving `after`
-        as it was: `evict` each, `admissible`, `keep` each, with each reservation looked at once."""
-        usage, freed, evicted, closed = dict(self.usage), dict(self.freed), dict(self.victims), list(self.closed)
-        off, gain = self._off, self._gain
+        as it was: what `evict` of each then `admissible` would say, with the GPUs they give back added up first
+        and the slots they make counted once, and each reservation looked at once."""
+        saved = self.usage, self.freed, self.victims, self.closed, self._off, self._gain
+        usage, freed, evicted = dict(self.usage), dict(self.freed), dict(self.victims)
+        gives_of, touches = self._gives, self.touches
         touched: set[int] = set()
         for victim in victims:
-            self._shift(victim, 1)
-            self.victims[victim.job_id] = victim
-            touched.update(self.touches.get(victim.job_id, ()))
+            key = (victim.team, victim.gpu_type)
+            usage[key] = usage.get(key, 0) - victim.held_gpus
+            gives = gives_of.get(victim.job_id)
+            if gives is None:
+                gives = gives_of[victim.job_id] = self._given_back(victim)
+            for name, gpus in gives:
+                if gpus:
+                    freed[name] = freed.get(name, 0) + gpus
+            evicted[victim.job_id] = victim
+            touched.update(touches.get(victim.job_id, ()))
+        self.usage, self.freed, self.victims, self.closed, self._gain = usage, freed, evicted, list(self.closed), None
         for r in touched:
             self._reclose(r)
         try:
             return self.admissible()
         finally:
-            self.usage.clear()
-            self.usage.update(usage)
-            self.freed, self.victims, self.closed, self._off, self._gain = freed, evicted, closed, off, gain
+            self.usage, self.freed, self.victims, self.closed, self._off, self._gain = saved
 
     def _retouch(self, victim: Job) -> None:
         for r in self.touches.get(victim.job_id, ()):

@@ -236,14 +236,17 @@ def eligible(state: CellState, job: Job, ranked: list[tuple[tuple, Job]], usage:
     nominal: dict[tuple[str, str], int] = {}
     out = []
     for _, victim in ranked:
-        key, gpus = (victim.team, victim.gpu_type), victim.held_gpus
-        if victim.team != job.team:
-            if key not in nominal:
-                nominal[key] = state.tenancy.quota(*key).nominal
-            if usage.get(key, 0) - gpus < nominal[key]:
-                continue
+        if victim.team == job.team:  # the law bounds other teams' use only
+            out.append(victim)
+            continue
+        key = (victim.team, victim.gpu_type)
+        left = usage.get(key, 0) - victim.held_gpus
+        if key not in nominal:
+            nominal[key] = state.tenancy.quota(*key).nominal
+        if left < nominal[key]:
+            continue
         out.append(victim)
-        usage[key] = usage.get(key, 0) - gpus
+        usage[key] = left
     return out
 
 
