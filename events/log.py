@@ -293,7 +293,8 @@ class EventProducer:
     @contextmanager
     def transaction(self, consumer: EventConsumer | None = None,
                     consumed: Sequence[LogRecord] = ()) -> Iterator[EventProducer]:
-        """Everything produced in the block, plus the offsets after `consumed`, commits or aborts as one."""
+        """Everything produced in the block, plus the offsets after `consumed`, commits or aborts as one; once
+        committed, the consumer drops the offsets it held back that the transaction passed."""
         self._producer.begin_transaction()
         self._unsigned = [] if self._signer is not None else None
         try:
@@ -307,6 +308,8 @@ class EventProducer:
             self._unsigned = None
             self._abort()
             raise
+        if consumer is not None and consumed:
+            consumer.committed_in_transaction(consumed)
         self._take_turns()
 
     def _send_offsets(self, offsets: list[TopicPartition], group: object) -> None:

@@ -383,7 +383,6 @@ class ServiceShell:
             runtime.producer.write(output, letters=letters, consumer=self.consumer, consumed=consumed,
                                    give_up_after_s=10.0, recover_fenced=False,
                                    headers=lambda d: headers.get(d.envelope.event_id))
-            self.consumer.committed_in_transaction(consumed)
             if records:
                 runtime.written_to = max(runtime.written_to, records[-1].offset + 1)
         elif consumed:

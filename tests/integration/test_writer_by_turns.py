@@ -4,6 +4,7 @@ those of the last transaction, whichever of the two ids wrote it."""
 
 from __future__ import annotations
 
+import time
 import uuid
 
 import pytest
@@ -50,3 +51,29 @@ def test_the_group_keeps_the_offsets_of_the_last_transaction(kafka_bootstrap, ga
     finally:
         consumer.close()
     assert committed[0].offset == last + 1
+
+
+def test_offsets_held_back_never_take_the_group_behind_a_transaction(kafka_bootstrap, gangway_topics):
+    """A batch that wrote nothing commits its offsets later (`commit_later`); a transaction that commits later
+    offsets meanwhile drops them, so the commit held back cannot take the group's offset behind the transaction's
+    (a service restarted from there would decide that batch again and write its decisions twice)."""
+    feeder = EventProducer(kafka_bootstrap, f"test-feeder-{uuid.uuid4().hex[:8]}", gangway_topics, CELLS)
+    feeder.write([clock_tick(at) for at in range(1_000, 1_003)])
+    writer = EventProducer(kafka_bootstrap, f"test-turns-{uuid.uuid4().hex[:8]}", gangway_topics, CELLS, by_turns=True)
+    consumer = EventConsumer(kafka_bootstrap, f"test-{uuid.uuid4().hex[:8]}", gangway_topics, CELLS, assign=CELLS)
+    partition = [TopicPartition(gangway_topics.events, 0)]
+    try:
+        records = []
+        while len(records) < 3:
+            records += consumer.poll(100, 1.0)
+        consumer.commit_later(records[:1])  # the first commit goes at once
+        consumer.commit_later(records[1:2])  # within 5 s of it: held back
+        writer.write([clock_tick(5_000)], consumer=consumer, consumed=records[2:])
+        consumer.flush_commits()  # as a service does when its log falls quiet
+        deadline = time.monotonic() + 3
+        while time.monotonic() < deadline:  # an asynchronous commit lands within a poll or two
+            consumer.poll(1, 0.2)
+            committed = consumer.committed(partition)[0].offset
+    finally:
+        consumer.close()
+    assert committed == 3

@@ -45,6 +45,9 @@ class OffsetsOf:
     def group_metadata(self):
         return object()
 
+    def committed_in_transaction(self, consumed):
+        pass
+
 
 def stuck_producer() -> tuple[EventProducer, StuckProducer]:
     producer = object.__new__(EventProducer)  # no broker: only the transaction logic is under test
