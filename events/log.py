@@ -519,6 +519,12 @@ class EventConsumer:
             if self._pending.get(key, t.offset + 1) <= t.offset:
                 del self._pending[key]
 
+    def forget(self, partitions: Sequence[TopicPartition]) -> None:
+        """The group gave these partitions to another member: offsets held back for them are dropped. Their new
+        owner commits its own, and ours, committed later, could take the group's offset back behind its."""
+        for t in partitions:
+            self._pending.pop((t.topic, t.partition), None)
+
     def flush_commits(self) -> None:
         """Commits what `commit_later` holds back now: when the log falls quiet, so the group's lag reads 0."""
         if self._pending:

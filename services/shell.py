@@ -206,6 +206,7 @@ class ServiceShell:
         consumer.assign(starts)
 
     def _on_revoke(self, consumer, partitions: list[TopicPartition]) -> None:
+        self.consumer.forget(partitions)
         for p in partitions:
             runtime = self.runtimes.pop(p.partition, None) if p.topic == self.topics.events else None
             if runtime is not None:
