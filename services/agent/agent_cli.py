@@ -20,7 +20,7 @@ from events.clock import VirtualClock, epoch_from_env, speedup_from_env
 from events.command import guarded, needs_broker
 from events.durations import parse_duration
 from events.launcher.spec import valid_name
-from events.log import EventProducer
+from events.log import EventProducer, ProducerFenced
 from events.reader import LogReader
 from events.topics import cells_from_env, topic_names, topic_prefix
 from events.tracing import Tracer
@@ -29,6 +29,8 @@ from services.agent.real import AgentConfig, NodeAgent
 
 log = logging.getLogger("gangway.agent")
 POLL_S = 0.05  # longest wait for the log between rounds: how soon a placement is acted on
+#: How long one write waits out the brokers before the agent goes back to its workers (and tries again next round).
+WRITE_GIVE_UP_S = 10.0
 EXAMPLE = "gangway agent --node gpu-1 --gpus 8 --gpu-type H100 --rack r1 --block b1 --work-dir /var/lib/gangway"
 
 
@@ -77,7 +79,7 @@ def _run(args: argparse.Namespace) -> int:
                          signal.Signals[f"SIG{args.checkpoint_signal.upper().removeprefix('SIG')}"],
                          args.stop_grace / 1000, args.heartbeat_every / 1000 / args.speedup)
     clock = VirtualClock.anchored(args.speedup, args.epoch)
-    return guarded("agent", lambda _: run_agent(NodeAgent(config, cell), args.bootstrap_servers, cells, clock, args.drain_on_exit) or 0, AuthError, KafkaException)(args)
+    return guarded("agent", lambda _: run_agent(NodeAgent(config, cell), args.bootstrap_servers, cells, clock, args.drain_on_exit) or 0, AuthError, KafkaException, ProducerFenced)(args)
 
 
 def _usage_problem(args: argparse.Namespace, cells: tuple[str, ...], cell: str) -> str | None:
@@ -135,20 +137,33 @@ def run_agent(agent: NodeAgent, bootstrap: str, cells: tuple[str, ...], clock: V
             else:
                 agent.collect(clock.now_ms())
             _write(producer, agent)
-        _write(producer, agent)
+        if not _write(producer, agent):
+            log.error("agent of %s stops with %d event(s) the brokers did not take", agent.node, len(agent.outbox))
     finally:
         reader.close()
         producer.flush()
         tracer.shutdown()
 
 
-def _write(producer: EventProducer, agent: NodeAgent) -> None:
+def _write(producer: EventProducer, agent: NodeAgent, give_up_after_s: float = WRITE_GIVE_UP_S) -> bool:
+    """What the agent saw since the last write, in one transaction, seen through a broker's failover
+    (EventProducer.write). When the brokers do not take it in time, the events go back to the agent, to be written
+    with the next ones: a worker's exit or checkpoint is never dropped, and the agent keeps watching its workers
+    meanwhile. Another agent of the same node fencing this one (ProducerFenced) ends it. False: not written."""
     events = agent.drain()
     if not events:
-        return
-    with producer.transaction():
-        for event, heartbeat in events:
-            (producer.produce_heartbeat if heartbeat else producer.produce)(event)
+        return True
+    try:
+        producer.write([e for e, heartbeat in events if not heartbeat], [e for e, heartbeat in events if heartbeat],
+                       give_up_after_s=give_up_after_s)
+    except ProducerFenced:
+        raise
+    except KafkaException as error:
+        log.warning("agent of %s could not write %d event(s) (%s); keeping them for the next write", agent.node,
+                    len(events), error)
+        agent.put_back(events)
+        return False
+    return True
 
 
 run = needs_broker("agent", _run)

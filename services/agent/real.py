@@ -146,6 +146,10 @@ class NodeAgent:
         out, self.outbox = self.outbox, []
         return out
 
+    def put_back(self, events: list[tuple[m.Event, bool]]) -> None:
+        """Events drained but not written (the broker did not take them): first in the next drain, in order."""
+        self.outbox[:0] = events
+
     def stop_all(self) -> None:
         """Stops every worker on this node (SIGTERM, then SIGKILL after the grace), for --drain-on-exit."""
         for w in self._live():

@@ -62,6 +62,7 @@ def test_offsets_held_back_never_take_the_group_behind_a_transaction(kafka_boots
     writer = EventProducer(kafka_bootstrap, f"test-turns-{uuid.uuid4().hex[:8]}", gangway_topics, CELLS, by_turns=True)
     consumer = EventConsumer(kafka_bootstrap, f"test-{uuid.uuid4().hex[:8]}", gangway_topics, CELLS, assign=CELLS)
     partition = [TopicPartition(gangway_topics.events, 0)]
+    committed = None
     try:
         records = []
         while len(records) < 3:
