@@ -1,7 +1,8 @@
 """Broker faults under a steady load, on three local brokers (replication 3, min.insync.replicas 2): the leader of
 the cell's partition killed with -9 and brought back, a follower killed and brought back, all three stopped and
-started again. The four services run throughout without a restart of their own; every acknowledged submission is
-on the log once, every job is admitted and placed exactly once, and each service reproduces its decisions."""
+started again. The four services and a real node agent run throughout without a restart of their own; every
+acknowledged submission is on the log once, every job is admitted and placed exactly once, each service reproduces
+its decisions, and the agent still heartbeats after the last fault."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from events.auth import client_config
 from events.broker import LocalKafka, find_free_base_port, quiet_logger
 from events.broker_cli import EXIT_DEGRADED
 from events.log import EventProducer
+from events.reader import LogReader
 from events.submission import job_submitted
 from events.topics import ensure_topics, topic_names
 from replay.cli import main
@@ -26,6 +28,7 @@ from tests.integration.test_control_plane import assert_every_decision_reproduce
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 PREFIX = "faults."
+AGENT_NODE = "faults-agent"
 
 
 class SteadyLoad(threading.Thread):
@@ -42,6 +45,18 @@ class SteadyLoad(threading.Thread):
             self.producer.write([job_submitted(job, "nlp", 1, 1, "H100", cell="cell-a", at=int(time.time() * 1000))])
             self.acknowledged.append(job)  # write() returned: the broker has it
             time.sleep(1 / self.rate)
+
+
+def heartbeats_since(bootstrap: str, topics, node: str, since_ms: int, timeout: float = 120.0) -> list[m.NodeHeartbeat]:
+    """The node's heartbeats taken into the cell (the heartbeat topic) stamped at or after `since_ms`, waiting for one."""
+    deadline = time.monotonic() + timeout
+    while True:
+        with LogReader(["cell-a"], bootstrap, 0, ["cell-a"], topics, topic=topics.heartbeats) as reader:
+            found = [r.event for r in reader.read() if isinstance(r.event, m.NodeHeartbeat)
+                     and r.event.node == node and r.event.envelope.at >= since_ms]
+        if found or time.monotonic() > deadline:
+            return found
+        time.sleep(1)
 
 
 def leader_of(admin: AdminClient, topic: str) -> int:
@@ -65,6 +80,8 @@ def test_broker_faults_under_load_lose_nothing(tmp_path: Path, monkeypatch: pyte
     resumed: dict[str, float] = {}
     try:
         plane.start_all()
+        plane.command("agent", "agent", "--node", AGENT_NODE, "--gpus", "1", "--gpu-type", "CPU", "--rack", "r1",
+                      "--block", "b1", "--work-dir", str(tmp_path / "agent"), "--heartbeat-every", "1s", "-v")
         Operator(bootstrap, topics).cell(nodes=50, racks=5, quota=10_000)
         load = SteadyLoad(bootstrap)
         load.start()
@@ -99,11 +116,14 @@ def test_broker_faults_under_load_lose_nothing(tmp_path: Path, monkeypatch: pyte
         leader = leader_of(admin, topics.events)
         fault("follower kill", next(n.node_id for n in kafka.nodes if n.node_id != leader))
         fault("all three stopped", None)
+        healed = int(time.time() * 1000)
         load.stop.set()
         load.join(60)
         logged = read_log(bootstrap, topics, timeout=90, until=lambda events: all(
             any(isinstance(e, m.JobPlaced) and e.job_id == j for e in events) for j in load.acknowledged))
         wait_until_caught_up(bootstrap, topics, logged[-1][0] + 1)
+        beats = heartbeats_since(bootstrap, topics, AGENT_NODE, healed)
+        resumed["agent's heartbeats taken in"] = time.time() - healed / 1000
         alive = {name: p.poll() is None for name, p in plane.processes.items()}
     finally:
         if load is not None:
@@ -112,6 +132,7 @@ def test_broker_faults_under_load_lose_nothing(tmp_path: Path, monkeypatch: pyte
         kafka.stop()
     print(f"time from fault to placements again: {resumed}")
     assert alive == dict.fromkeys(alive, True)
+    assert beats, "the agent heartbeats after the brokers came back"
     submitted = [e.job_id for _, e in logged if isinstance(e, m.JobSubmitted)]
     assert sorted(set(submitted)) == sorted(submitted), "no submission written twice"
     assert set(load.acknowledged) <= set(submitted), "every acknowledged submission is on the log"
