@@ -116,9 +116,10 @@ class ProducerFenced(RuntimeError):
 
 
 #: A send_offsets_to_transaction call's timeout, and how long past it the call is waited for before it is
-#: abandoned.
-SEND_OFFSETS_TIMEOUT_S = 30.0
-SEND_OFFSETS_GRACE_S = 5.0
+#: abandoned. It takes milliseconds, and a coordinator's move a few seconds; once stuck (librdkafka#5456) it
+#: never returns, and everything the writer takes in waits this long (compose/KAFKA.md).
+SEND_OFFSETS_TIMEOUT_S = 8.0
+SEND_OFFSETS_GRACE_S = 2.0
 
 _FENCED = (KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH)
 
