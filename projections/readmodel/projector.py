@@ -4,6 +4,7 @@ stored offset. It also knows how far behind the log it is, per cell, for /health
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -11,11 +12,15 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
-from events.log import LogRecord
+from confluent_kafka import KafkaException
+
+from events.log import LogRecord, transient
 from events.reader import LogReader
 from events.topics import TopicNames
 from projections.cell import CellState
 from projections.readmodel.store import ReadModelStore
+
+log = logging.getLogger("gangway.readmodel")
 
 #: Called after each written batch with the cell, its new offset and the batch's stream items.
 BatchListener = Callable[[str, int, list[dict[str, Any]]], None]
@@ -94,16 +99,26 @@ class Projector:
                 self._fold_records(reader, batch)
 
     def follow(self, stop: threading.Event, lag_every_s: float = 0.5) -> None:
-        """Folds what arrives until `stop` is set, measuring the lag every `lag_every_s` seconds."""
+        """Folds what arrives until `stop` is set, measuring the lag every `lag_every_s` seconds. While the brokers
+        do not answer (a failover, all of them restarting) it waits and carries on; meanwhile no cell counts as
+        caught up, so the lag grows from the last moment one was. An error no failover explains is raised."""
         with self._reader() as reader:
             measured = 0.0
             while not stop.is_set():
-                records = reader.poll(0.1)
-                if records:
-                    self._fold_records(reader, records)
-                if time.monotonic() - measured >= lag_every_s:
-                    self._measure(reader)
-                    measured = time.monotonic()
+                try:
+                    records = reader.poll(0.1)
+                    if records:
+                        self._fold_records(reader, records)
+                    if time.monotonic() - measured >= lag_every_s:
+                        measured = time.monotonic()
+                        self._measure(reader)
+                except KafkaException as error:
+                    if not transient(error):
+                        raise
+                    log.warning("read model: the brokers do not answer (%s); following again in 1 s", error)
+                    for lag in self.lag.values():
+                        lag.behind = max(lag.behind, 1)
+                    stop.wait(1.0)
 
     def _measure(self, reader: LogReader) -> None:
         now = time.monotonic()

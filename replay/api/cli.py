@@ -59,16 +59,29 @@ def run(args: argparse.Namespace) -> int:
     projector = Projector(store, cells, args.bootstrap_servers, on_batch=hub.publish)
     app = create_app(projector, tokens, policy(args.policy), hub)
     stop = threading.Event()
-    follower = threading.Thread(target=projector.follow, args=(stop,), name="projector", daemon=True)
+    server = uvicorn.Server(uvicorn.Config(app, host=args.host, port=args.port, log_level="warning",
+                                           timeout_graceful_shutdown=1))
+    failed: list[BaseException] = []
+
+    def follow() -> None:
+        """The projector; if it fails, the API stops rather than serve a read model that no longer follows."""
+        try:
+            projector.follow(stop)
+        except BaseException as error:
+            failed.append(error)
+            server.should_exit = True
+
+    follower = threading.Thread(target=follow, name="projector", daemon=True)
     follower.start()
     print(f"gangway api: http://{args.host}:{args.port}/ (OpenAPI at /openapi.json), cells {', '.join(cells)}, "
           f"read model {args.db}", flush=True)
-    server = uvicorn.Server(uvicorn.Config(app, host=args.host, port=args.port, log_level="warning",
-                                           timeout_graceful_shutdown=1))
     try:
         server.run()
     finally:
         stop.set()
         follower.join(10)
         store.close()
+    if failed:
+        print(f"gangway api: the read model stopped following the log: {failed[0]}", file=sys.stderr)
+        return 1
     return 0

@@ -1,8 +1,9 @@
 """Broker faults under a steady load, on three local brokers (replication 3, min.insync.replicas 2): the leader of
 the cell's partition killed with -9 and brought back, a follower killed and brought back, all three stopped and
-started again. The four services and a real node agent run throughout without a restart of their own; every
-acknowledged submission is on the log once, every job is admitted and placed exactly once, each service reproduces
-its decisions, and the agent still heartbeats after the last fault."""
+started again. The four services, a real node agent and the read model's projector run throughout without a restart
+of their own; every acknowledged submission is on the log once, every job is admitted and placed exactly once, each
+service reproduces its decisions, the agent still heartbeats after the last fault, and the read model shows the
+last job placed."""
 
 from __future__ import annotations
 
@@ -21,6 +22,8 @@ from events.log import EventProducer
 from events.reader import LogReader
 from events.submission import job_submitted
 from events.topics import ensure_topics, topic_names
+from projections.readmodel.projector import Projector
+from projections.readmodel.store import ReadModelStore
 from replay.cli import main
 from tests.conftest import use_admin_of
 from tests.integration.control_plane import ControlPlane, Operator, count, read_log, wait_until_caught_up
@@ -78,11 +81,16 @@ def test_broker_faults_under_load_lose_nothing(tmp_path: Path, monkeypatch: pyte
     plane = ControlPlane(bootstrap, tmp_path)
     load = None
     resumed: dict[str, float] = {}
+    stopping = threading.Event()
     try:
         plane.start_all()
         plane.command("agent", "agent", "--node", AGENT_NODE, "--gpus", "1", "--gpu-type", "CPU", "--rack", "r1",
                       "--block", "b1", "--work-dir", str(tmp_path / "agent"), "--heartbeat-every", "1s", "-v")
         Operator(bootstrap, topics).cell(nodes=50, racks=5, quota=10_000)
+        read_model = ReadModelStore(tmp_path / "read-model")
+        projector = Projector(read_model, ["cell-a"], bootstrap, topics=topics)
+        following = threading.Thread(target=projector.follow, args=(stopping,), name="projector", daemon=True)
+        following.start()
         load = SteadyLoad(bootstrap)
         load.start()
         time.sleep(4)
@@ -124,8 +132,15 @@ def test_broker_faults_under_load_lose_nothing(tmp_path: Path, monkeypatch: pyte
         wait_until_caught_up(bootstrap, topics, logged[-1][0] + 1)
         beats = heartbeats_since(bootstrap, topics, AGENT_NODE, healed)
         resumed["agent's heartbeats taken in"] = time.time() - healed / 1000
+        last = load.acknowledged[-1]
+        deadline = time.monotonic() + 60
+        while (read_model.job("cell-a", last) or {}).get("state") != "placed" and time.monotonic() < deadline:
+            time.sleep(0.5)
+        shown = (read_model.job("cell-a", last) or {}).get("state")
+        projecting = following.is_alive()
         alive = {name: p.poll() is None for name, p in plane.processes.items()}
     finally:
+        stopping.set()
         if load is not None:
             load.stop.set()
         plane.stop_all()
@@ -133,6 +148,7 @@ def test_broker_faults_under_load_lose_nothing(tmp_path: Path, monkeypatch: pyte
     print(f"time from fault to placements again: {resumed}")
     assert alive == dict.fromkeys(alive, True)
     assert beats, "the agent heartbeats after the brokers came back"
+    assert (projecting, shown) == (True, "placed"), "the read model follows the log through the faults"
     submitted = [e.job_id for _, e in logged if isinstance(e, m.JobSubmitted)]
     assert sorted(set(submitted)) == sorted(submitted), "no submission written twice"
     assert set(load.acknowledged) <= set(submitted), "every acknowledged submission is on the log"

@@ -1,0 +1,71 @@
+"""The read model's projector through a broker outage: it waits and follows on, counting no cell as caught up
+meanwhile (the lag grows from the last moment one was); an error no failover explains stops it."""
+
+from __future__ import annotations
+
+import threading
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+from confluent_kafka import KafkaError, KafkaException
+
+from projections.readmodel.projector import Projector
+from projections.readmodel.store import ReadModelStore
+
+
+class OutageReader:
+    """A log reader whose polls fail with `errors` in turn, then find nothing and stop the projector; the log's end
+    cannot be asked for while `down`."""
+
+    def __init__(self, errors: list[KafkaError], stop: threading.Event, down: bool) -> None:
+        self.errors, self.stop, self.down, self.polls = errors, stop, down, 0
+
+    def poll(self, timeout: float) -> list:
+        self.polls += 1
+        if self.errors:
+            raise KafkaException(self.errors.pop(0))
+        self.stop.set()
+        return []
+
+    def end_offsets(self) -> dict[str, int]:
+        if self.down:
+            raise KafkaException(KafkaError(KafkaError._TRANSPORT, "no broker answers"))
+        return {"cell-a": 0}
+
+    def position(self, cell: str) -> int:
+        return 0
+
+
+def following(tmp_path: Path, errors: list[KafkaError], down: bool = False) -> tuple[Projector, OutageReader,
+                                                                                     threading.Event]:
+    projector = Projector(ReadModelStore(tmp_path / "read-model"), ["cell-a"])
+    stop = threading.Event()
+    reader = OutageReader(errors, stop, down)
+
+    @contextmanager
+    def opened():
+        yield reader
+
+    projector._reader = opened  # no broker: only the loop's handling of its errors is under test
+    return projector, reader, stop
+
+
+def test_a_broker_outage_is_waited_out_and_counts_as_lag(tmp_path: Path):
+    down = KafkaError(KafkaError._ALL_BROKERS_DOWN, "all brokers down")
+    projector, reader, stop = following(tmp_path, [down], down=True)
+    projector.follow(stop)
+    assert reader.polls == 2  # polled again after the outage
+    assert projector.lag["cell-a"].behind >= 1  # not caught up: its seconds count from the last time it was
+
+
+def test_once_the_brokers_answer_it_is_caught_up_again(tmp_path: Path):
+    projector, _, stop = following(tmp_path, [KafkaError(KafkaError._ALL_BROKERS_DOWN, "all brokers down")])
+    projector.follow(stop)
+    assert projector.lag["cell-a"].behind == 0
+
+
+def test_an_error_no_failover_explains_stops_it(tmp_path: Path):
+    projector, _, stop = following(tmp_path, [KafkaError(KafkaError.TOPIC_AUTHORIZATION_FAILED, "not allowed")])
+    with pytest.raises(KafkaException):
+        projector.follow(stop)
