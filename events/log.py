@@ -171,7 +171,7 @@ class EventProducer:
 
     def _start(self) -> None:
         self._producer = self._started(self._config)
-        self._abandoned = False
+        self._abandoned = self._broken = False
 
     @staticmethod
     def _started(config: dict) -> Producer:
@@ -195,13 +195,16 @@ class EventProducer:
         """Writes events, heartbeats and dead letters, with the offsets after `consumed`, in one transaction, and
         sees it through a broker's failover: a commit that times out is retried, a transaction the broker
         aborted is written again, a producer the broker can no longer use (or fenced once, as a failover can do)
-        is made anew under the same transactional id. Raises ProducerFenced when fenced again (another process
-        has the id) or, with `recover_fenced` False, at once; else the last error after `give_up_after_s`."""
+        is made anew under the same transactional id (before the next transaction: this write's, or the next
+        write's if this one gives up). Raises ProducerFenced when fenced again (another process has the id) or,
+        with `recover_fenced` False, at once; else the last error after `give_up_after_s`."""
         deadline = time.monotonic() + give_up_after_s
         pause = 0.2
         fenced = False
         while True:
             try:
+                if self._broken:
+                    self._start()
                 with self.transaction(consumer, consumed):
                     for event in events:
                         self.produce(event, headers(event) if headers else None)
@@ -218,14 +221,15 @@ class EventProducer:
                     if fenced or not recover_fenced:
                         raise ProducerFenced(str(error)) from failure
                     fenced = True
+                if error is not None and (error.fatal() or error.code() == KafkaError._CONFLICT):
+                    # The old producer is unusable (or stuck in an abort that never returns, so every call
+                    # conflicts with it): a new one resumes the transactional id and fences it. Were it kept
+                    # after giving up, every later transaction would meet the one left open.
+                    self._broken = True
                 if error is None or time.monotonic() > deadline:
                     raise
                 log.warning("transaction of %s failed (%s), writing it again", self._config["transactional.id"], error)
-                if error.fatal() or error.code() == KafkaError._CONFLICT:
-                    # The old producer is unusable (or stuck in an abort that never returns, so every call
-                    # conflicts with it): a new one resumes the transactional id and fences it.
-                    self._start()
-                elif not (transient(failure) or error.txn_requires_abort()):
+                if not (self._broken or transient(failure) or error.txn_requires_abort()):
                     raise
             time.sleep(pause)
             pause = min(pause * 2, 2.0)

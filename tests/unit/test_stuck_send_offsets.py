@@ -53,6 +53,7 @@ def stuck_producer() -> tuple[EventProducer, StuckProducer]:
     producer = object.__new__(EventProducer)  # no broker: only the transaction logic is under test
     fake = StuckProducer()
     producer._producer, producer._abandoned, producer._signer, producer._unsigned = fake, False, None, None
+    producer._broken = False
     producer._spare = None
     return producer, fake
 

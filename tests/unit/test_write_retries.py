@@ -44,6 +44,7 @@ class RefusingProducer:
 def producer_over(fake: RefusingProducer) -> EventProducer:
     producer = object.__new__(EventProducer)  # no broker: only the retry rule is under test
     producer._producer, producer._abandoned, producer._signer, producer._unsigned = fake, False, None, None
+    producer._broken = False
     producer.topics, producer.cells, producer.codec, producer.inputs = topic_names(""), ("test-cell",), EventCodec(), None
     producer._config, producer._spare = {"transactional.id": "test"}, None
     return producer
@@ -77,3 +78,20 @@ def test_a_writer_by_turns_commits_under_each_id_in_turn_and_writes_a_failed_tra
     assert first.calls == ["begin", "commit", "begin", "commit"]
     assert second.calls == ["begin", "abort", "begin", "commit"]
     assert producer._config == {"transactional.id": "test~2"}  # the next transaction's producer and id go together
+
+
+def test_a_producer_a_fatal_error_left_unusable_is_made_anew_before_the_next_write(monkeypatch) -> None:
+    """Given up on at its deadline (a send_offsets call abandoned after the brokers restarted, say), a write leaves
+    its producer with a transaction open for good: the next write starts from a new producer under the same id,
+    instead of meeting that transaction at every begin."""
+    stuck = RefusingProducer(failures=1, code=KafkaError._TIMED_OUT)
+    stuck.produce = lambda *a, **k: (_ for _ in ()).throw(KafkaException(KafkaError(KafkaError._TIMED_OUT, "stuck",
+                                                                                      fatal=True)))
+    fresh = RefusingProducer(failures=0, code=0)
+    monkeypatch.setattr(EventProducer, "_started", staticmethod(lambda config: fresh))
+    producer = producer_over(stuck)
+    with pytest.raises(KafkaException):
+        producer.write([tick(1_000)], give_up_after_s=0)
+    producer.write([tick(2_000)])
+    assert stuck.calls == ["begin", "abort"]  # never begun again
+    assert fresh.calls == ["begin", "commit"]
