@@ -208,6 +208,10 @@ class Fleet:
             self.cells[cell].outbox = []
         return out
 
+    def put_back(self, cell: str, events: list[tuple[m.Event, bool]]) -> None:
+        """A cell's events drained but not written (the broker did not take them): first in its next drain."""
+        self.cells[cell].outbox[:0] = events
+
     # --- jobs ------------------------------------------------------------------------------------
 
     def _placed(self, agents: CellAgents, placed: m.JobPlaced) -> None:

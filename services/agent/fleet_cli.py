@@ -16,7 +16,7 @@ from events.auth import FLEET, AuthError
 from events.clock import VirtualClock, epoch_from_env
 from events.command import guarded, needs_broker
 from events.durations import parse_duration
-from events.log import EventProducer
+from events.log import EventProducer, ProducerFenced
 from events.reader import LogReader
 from events.topics import TopicNames, cells_from_env, topic_names, topic_prefix
 from events.tracing import Tracer
@@ -26,6 +26,8 @@ from services.agent.simulated import AgentTiming
 
 log = logging.getLogger("gangway.fleet")
 MAX_WAIT_S = 0.1  # longest poll: timers are checked at least this often
+#: How long one cell's write waits out the brokers before the fleet goes back to its timers (and tries again).
+WRITE_GIVE_UP_S = 10.0
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -73,7 +75,7 @@ def _run(args: argparse.Namespace) -> int:
               file=sys.stderr)
         return 2
     clock = VirtualClock.anchored(args.speedup, args.epoch)
-    return guarded("fleet", lambda _: run_fleet(fleet, args.bootstrap_servers, topic_names(), cells, clock, topic_prefix()) or 0, AuthError, KafkaException)(args)
+    return guarded("fleet", lambda _: run_fleet(fleet, args.bootstrap_servers, topic_names(), cells, clock, topic_prefix()) or 0, AuthError, KafkaException, ProducerFenced)(args)
 
 
 def run_fleet(fleet: Fleet, bootstrap: str, topics: TopicNames, cells: tuple[str, ...], clock: VirtualClock,
@@ -142,10 +144,20 @@ def _wait_s(fleet: Fleet, clock: VirtualClock) -> float:
     return max(0.0, min(MAX_WAIT_S, (due - clock.now_ms()) / 1000 / clock.speedup))
 
 
-def _write(fleet: Fleet, producers: dict[str, EventProducer]) -> None:
-    """One transaction per cell for what the timers produced since the last write."""
+def _write(fleet: Fleet, producers: dict[str, EventProducer], give_up_after_s: float = WRITE_GIVE_UP_S) -> None:
+    """One transaction per cell for what the timers produced since the last write, seen through a broker's failover
+    (EventProducer.write). What the brokers do not take in time goes back to the fleet and is written with the
+    cell's next events, as the real agent does (services/agent/agent_cli.py); being fenced ends the fleet."""
     for cell, events in fleet.drain().items():
-        producers[cell].write([e for e, heartbeat in events if not heartbeat], [e for e, heartbeat in events if heartbeat])
+        try:
+            producers[cell].write([e for e, heartbeat in events if not heartbeat],
+                                  [e for e, heartbeat in events if heartbeat], give_up_after_s=give_up_after_s)
+        except ProducerFenced:
+            raise
+        except KafkaException as error:
+            log.warning("fleet could not write %d event(s) of %s (%s); keeping them for the next write", len(events),
+                        cell, error)
+            fleet.put_back(cell, events)
 
 
 run = needs_broker("fleet", _run)

@@ -1,6 +1,6 @@
-"""The real node agent's writes through a broker's outage: what the brokers do not take goes back to the agent
-and is written with the next events, in order, so a worker's exit or checkpoint is never dropped; being fenced by
-another agent of the same node ends it."""
+"""The node agents' writes through a broker's outage (the real agent's and the simulated fleet's): what the brokers
+do not take goes back to the agent and is written with the next events, in order, so a worker's exit or checkpoint
+is never dropped; being fenced by another agent of the same node ends it."""
 
 from __future__ import annotations
 
@@ -10,7 +10,9 @@ import pytest
 from confluent_kafka import KafkaError, KafkaException
 
 from events.log import ProducerFenced
+from services.agent import fleet_cli
 from services.agent.agent_cli import _write
+from services.agent.fleet import Fleet, FleetSpec
 from services.agent.real import AgentConfig, NodeAgent
 from tests.builders import tick
 
@@ -53,3 +55,14 @@ def test_an_agent_fenced_by_another_of_its_node_stops(tmp_path: Path):
     node.outbox += [(tick(1), False)]
     with pytest.raises(ProducerFenced):
         _write(FlakyProducer(1, ProducerFenced("another agent of n1 took over")), node)
+
+
+def test_the_fleet_keeps_what_the_brokers_did_not_take(tmp_path: Path):
+    fleet = Fleet(["cell-a"], FleetSpec(nodes=1))
+    fleet.register(1_000)
+    registered = [e for e, _ in fleet.cells["cell-a"].outbox]
+    producer = FlakyProducer(1, KafkaException(KafkaError(KafkaError._ALL_BROKERS_DOWN, "no broker")))
+    fleet_cli._write(fleet, {"cell-a": producer})
+    assert producer.written == []
+    fleet_cli._write(fleet, {"cell-a": producer})
+    assert producer.written == [(ids(*registered), [])]
