@@ -14,6 +14,7 @@ from pathlib import Path
 
 from confluent_kafka import KafkaException
 
+from events import models as m
 from events.arguments import positive_int, within
 from events.auth import AuthError, agent_principal
 from events.clock import VirtualClock, epoch_from_env, speedup_from_env
@@ -145,6 +146,19 @@ def run_agent(agent: NodeAgent, bootstrap: str, cells: tuple[str, ...], clock: V
         tracer.shutdown()
 
 
+def write_drained(producer: EventProducer, events: list[tuple[m.Event, bool]],
+                  give_up_after_s: float) -> KafkaException | None:
+    """Writes what an agent (or the simulated fleet) drained, in one transaction: facts and heartbeats in the order
+    made. Returns the error when the brokers did not take them in time, for the caller to keep them for its next
+    write; being fenced by another writer of the id (ProducerFenced) is raised."""
+    try:
+        producer.write([e for e, heartbeat in events if not heartbeat], [e for e, heartbeat in events if heartbeat],
+                       give_up_after_s=give_up_after_s)
+    except KafkaException as error:
+        return error
+    return None
+
+
 def _write(producer: EventProducer, agent: NodeAgent, give_up_after_s: float = WRITE_GIVE_UP_S) -> bool:
     """What the agent saw since the last write, in one transaction, seen through a broker's failover
     (EventProducer.write). When the brokers do not take it in time, the events go back to the agent, to be written
@@ -153,12 +167,8 @@ def _write(producer: EventProducer, agent: NodeAgent, give_up_after_s: float = W
     events = agent.drain()
     if not events:
         return True
-    try:
-        producer.write([e for e, heartbeat in events if not heartbeat], [e for e, heartbeat in events if heartbeat],
-                       give_up_after_s=give_up_after_s)
-    except ProducerFenced:
-        raise
-    except KafkaException as error:
+    error = write_drained(producer, events, give_up_after_s)
+    if error is not None:
         log.warning("agent of %s could not write %d event(s) (%s); keeping them for the next write", agent.node,
                     len(events), error)
         agent.put_back(events)

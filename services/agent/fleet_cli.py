@@ -20,6 +20,7 @@ from events.log import EventProducer, ProducerFenced
 from events.reader import LogReader
 from events.topics import TopicNames, cells_from_env, topic_names, topic_prefix
 from events.tracing import Tracer
+from services.agent.agent_cli import write_drained
 from services.agent.failures import FIRST_BUSY, FailureSpec
 from services.agent.fleet import Fleet, FleetSpec, trace_placement
 from services.agent.simulated import AgentTiming
@@ -149,12 +150,8 @@ def _write(fleet: Fleet, producers: dict[str, EventProducer], give_up_after_s: f
     (EventProducer.write). What the brokers do not take in time goes back to the fleet and is written with the
     cell's next events, as the real agent does (services/agent/agent_cli.py); being fenced ends the fleet."""
     for cell, events in fleet.drain().items():
-        try:
-            producers[cell].write([e for e, heartbeat in events if not heartbeat],
-                                  [e for e, heartbeat in events if heartbeat], give_up_after_s=give_up_after_s)
-        except ProducerFenced:
-            raise
-        except KafkaException as error:
+        error = write_drained(producers[cell], events, give_up_after_s)
+        if error is not None:
             log.warning("fleet could not write %d event(s) of %s (%s); keeping them for the next write", len(events),
                         cell, error)
             fleet.put_back(cell, events)
