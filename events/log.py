@@ -85,10 +85,10 @@ def retrying(call, attempts: int = 20, pause_s: float = 0.5):
 _COORDINATOR_MOVING = (KafkaError.NOT_COORDINATOR, KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
                        KafkaError.COORDINATOR_NOT_AVAILABLE)
 _LEADER_MOVING = (KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.LEADER_NOT_AVAILABLE,
-                  KafkaError.FENCED_LEADER_EPOCH, KafkaError.UNKNOWN_LEADER_EPOCH)
+                  KafkaError.FENCED_LEADER_EPOCH, KafkaError.UNKNOWN_LEADER_EPOCH, KafkaError.OFFSET_NOT_AVAILABLE)
 #: What a call may meet while brokers fail over, besides errors the client marks retriable: the coordinator moving,
-#: a partition's leader moving or not yet elected (a topic just created; librdkafka does not mark these retriable
-#: on a watermark query), a broker handle dropped from the metadata as its broker left, no broker answering, a
+#: a partition's leader moving or not yet elected, or a new leader whose high watermark has not caught up (a topic
+#: just created, a failover; librdkafka does not mark these retriable on a watermark query), a broker handle dropped from the metadata as its broker left, no broker answering, a
 #: client not yet told of a topic's partitions (one made while the brokers were coming back up).
 _TRANSIENT = (*_COORDINATOR_MOVING, *_LEADER_MOVING, KafkaError._DESTROY_BROKER, KafkaError._TRANSPORT,
               KafkaError._ALL_BROKERS_DOWN, KafkaError._TIMED_OUT, KafkaError._UNKNOWN_PARTITION,

@@ -69,3 +69,11 @@ def test_an_error_no_failover_explains_stops_it(tmp_path: Path):
     projector, _, stop = following(tmp_path, [KafkaError(KafkaError.TOPIC_AUTHORIZATION_FAILED, "not allowed")])
     with pytest.raises(KafkaException):
         projector.follow(stop)
+
+
+def test_a_new_leader_whose_high_watermark_lags_is_waited_out(tmp_path: Path):
+    """Seen in the broker-fault test right after a failover: the projector's thread had died on it."""
+    lagging = KafkaError(KafkaError.OFFSET_NOT_AVAILABLE, "Leader high watermark is not caught up")
+    projector, reader, stop = following(tmp_path, [lagging])
+    projector.follow(stop)
+    assert reader.polls == 2
