@@ -47,6 +47,8 @@ NAME_WAIT_S = 10.0
 FOLLOW_EVERY_S = 1.0
 #: How often it checks that the group has assigned every input topic to one of the intakes.
 CHECK_EVERY_S = 5.0
+#: How long a rewind waits for the group to say its committed offsets before joining the group anew.
+REWIND_WAIT_S = 5.0
 
 
 def take_in(topics: TopicNames, cells: Sequence[str], record: LogRecord) -> tuple[m.Event | None, str]:
@@ -97,10 +99,11 @@ class Intake:
         _wait_for_name(self._admin, group, self.transactional_id)
         # Each input topic has one partition: round robin deals them out among the replicas (the range assignor
         # would give every partition 0 to one of them).
-        self.consumer = EventConsumer(bootstrap, group, topics, cells, principal=principal,
-                                      **{"topic.metadata.refresh.interval.ms": 1000,
-                                         "partition.assignment.strategy": "roundrobin",
-                                         "client.id": self.transactional_id})
+        self._consumer = lambda: EventConsumer(bootstrap, group, topics, cells, principal=principal,
+                                               **{"topic.metadata.refresh.interval.ms": 1000,
+                                                  "partition.assignment.strategy": "roundrobin",
+                                                  "client.id": self.transactional_id})
+        self.consumer = self._consumer()
         self.inputs: list[str] = []  # the input topics subscribed to
         self._next_check = 0.0
         self._unassigned: set[str] = set()  # subscribed topics the group had assigned to no member at the last check
@@ -159,13 +162,30 @@ class Intake:
         self.producer = fresh  # the fenced one is unusable: dropped
 
     def _rewind(self) -> None:
-        """Back to the committed input offsets: nothing of the failed batch reached Kafka."""
+        """Back to the committed input offsets: nothing of the failed batch reached Kafka. When the group does not
+        say what they are within REWIND_WAIT_S, a new consumer joins the group in this one's place and reads from
+        them: after all brokers restarted, a consumer's `committed` could time out for minutes on end, call after
+        call, with the intake deaf to SIGTERM meanwhile."""
         raw = self.consumer.raw
-        assigned = raw.assignment()
-        if assigned:
-            for tp in self.consumer.committed(assigned):
-                raw.seek(tp if tp.offset >= 0 else type(tp)(tp.topic, tp.partition, 0))
+        try:
+            assigned = raw.assignment()
+            if assigned:
+                for tp in raw.committed(assigned, timeout=REWIND_WAIT_S):
+                    raw.seek(tp if tp.offset >= 0 else type(tp)(tp.topic, tp.partition, 0))
+        except KafkaException as error:
+            self._rejoin(error)
         time.sleep(0.5)
+
+    def _rejoin(self, why: KafkaException) -> None:
+        """A new consumer in the group, subscribed to the same inputs; the old one leaves on a thread of its own
+        (leaving can wait for a coordinator that does not answer). Until it has left or its session timed out,
+        the group may hold its partitions back from the new one: nothing is read twice, only later."""
+        log.warning("intake could not read its committed offsets (%s); joining the group again with a new "
+                    "consumer", why)
+        old, self.consumer = self.consumer, self._consumer()
+        if self.inputs:
+            self._subscribe(self.inputs)
+        threading.Thread(target=old.close, name="intake-consumer-leaving", daemon=True).start()
 
     def _follow(self) -> None:
         """The follower thread: looks each FOLLOW_EVERY_S until the intake closes."""

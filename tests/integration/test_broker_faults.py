@@ -26,7 +26,7 @@ from projections.readmodel.projector import Projector
 from projections.readmodel.store import ReadModelStore
 from replay.cli import main
 from tests.conftest import use_admin_of
-from tests.integration.control_plane import SERVICES, ControlPlane, Operator, count, read_log, wait_until_caught_up
+from tests.integration.control_plane import ControlPlane, Operator, count, read_log, wait_until_caught_up
 from tests.integration.test_control_plane import assert_every_decision_reproduced
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
@@ -51,10 +51,10 @@ class SteadyLoad(threading.Thread):
 
 
 def heartbeats_since(bootstrap: str, topics, node: str, since_ms: int, timeout: float = 120.0) -> list[m.NodeHeartbeat]:
-    """The node's heartbeats its agent wrote (its node's input topic) stamped at or after `since_ms`, waiting for one."""
+    """The node's heartbeats taken into the cell (the heartbeat topic) stamped at or after `since_ms`, waiting for one."""
     deadline = time.monotonic() + timeout
     while True:
-        with LogReader(["cell-a"], bootstrap, 0, ["cell-a"], topics, topic=topics.node_input(node)) as reader:
+        with LogReader(["cell-a"], bootstrap, 0, ["cell-a"], topics, topic=topics.heartbeats) as reader:
             found = [r.event for r in reader.read() if isinstance(r.event, m.NodeHeartbeat)
                      and r.event.node == node and r.event.envelope.at >= since_ms]
         if found or time.monotonic() > deadline:
@@ -83,10 +83,7 @@ def test_broker_faults_under_load_lose_nothing(tmp_path: Path, monkeypatch: pyte
     resumed: dict[str, float] = {}
     stopping = threading.Event()
     try:
-        # The load writes onto the cell's log itself; the intake is left out, and the agent's facts stay on its
-        # node's input topic, where the test reads them.
-        for service in SERVICES:
-            plane.start(service)
+        plane.start_all()
         plane.command("agent", "agent", "--node", AGENT_NODE, "--gpus", "1", "--gpu-type", "CPU", "--rack", "r1",
                       "--block", "b1", "--work-dir", str(tmp_path / "agent"), "--heartbeat-every", "1s", "-v")
         Operator(bootstrap, topics).cell(nodes=50, racks=5, quota=10_000)
@@ -134,7 +131,7 @@ def test_broker_faults_under_load_lose_nothing(tmp_path: Path, monkeypatch: pyte
             any(isinstance(e, m.JobPlaced) and e.job_id == j for e in events) for j in load.acknowledged))
         wait_until_caught_up(bootstrap, topics, logged[-1][0] + 1)
         beats = heartbeats_since(bootstrap, topics, AGENT_NODE, healed)
-        resumed["agent's heartbeats written"] = time.time() - healed / 1000
+        resumed["agent's heartbeats taken in"] = time.time() - healed / 1000
         last = load.acknowledged[-1]
         deadline = time.monotonic() + 60
         while (read_model.job("cell-a", last) or {}).get("state") != "placed" and time.monotonic() < deadline:
