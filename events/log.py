@@ -173,6 +173,12 @@ class EventProducer:
         self._producer = self._started(self._config)
         self._abandoned = self._broken = False
 
+    @property
+    def broken(self) -> bool:
+        """Whether the producer can no longer be used (the next `write` makes it anew): a transaction it left
+        open stays open until then, or until the broker times it out."""
+        return self._broken
+
     @staticmethod
     def _started(config: dict) -> Producer:
         producer = Producer(config)

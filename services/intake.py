@@ -134,10 +134,12 @@ class Intake:
                     # A coordinator's failover (or a transaction it timed out) fences the producer: a new one
                     # takes the transactional id back, and the batch is read again.
                     log.warning("intake fenced (%s); taking its transactional id back", error)
-                    self._rewind()
                     self._renew_producer()
+                    self._rewind()
                 except KafkaException as error:
                     log.warning("intake batch not committed (%s); reading it again", error)
+                    if self.producer.broken:
+                        self._renew_producer()
                     self._rewind()
                 polls += 1
         finally:
@@ -152,7 +154,9 @@ class Intake:
         self.tracer.shutdown()
 
     def _renew_producer(self) -> None:
-        """A new producer under the same transactional id; while the coordinator cannot answer, the fenced one
+        """A new producer under the same transactional id, before the rewind: it aborts the transaction the old one
+        left open, whose pending offsets the group would otherwise make the rewind wait for (a committed offset is
+        read only once no transaction holds one back, KIP-447). While the coordinator cannot answer, the old one
         stays, and the next batch comes back here."""
         try:
             fresh = self._producer()

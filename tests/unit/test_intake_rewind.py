@@ -8,8 +8,10 @@ import threading
 
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
+from events.log import ProducerFenced
 from services import intake as intake_module
 from services.intake import Intake
+from services.stop import StopRequest
 
 INPUT = "gangway.in.team.nlp"
 
@@ -94,3 +96,52 @@ def test_a_new_consumer_stuck_in_turn_is_replaced_again(monkeypatch) -> None:
     made[0].raw.committed_offsets = None
     intake._rewind()
     assert len(made) == 2 and intake.consumer is made[1]
+
+
+class Producer:
+    def __init__(self, broken: bool) -> None:
+        self.broken = broken
+
+
+def failing_once(intake: Intake, error: Exception, steps: list[str]) -> None:
+    """The intake's next batch fails with `error`; what it does about it is noted in `steps`."""
+    errors = [error]
+
+    def poll_once() -> int:
+        if errors:
+            raise errors.pop()
+        return 0
+
+    intake.poll_once = poll_once
+    intake._renew_producer = lambda: steps.append("renew")
+    intake._rewind = lambda: steps.append("rewind")
+    intake.close = lambda: None
+
+
+def test_a_producer_left_unusable_is_replaced_before_the_rewind(monkeypatch) -> None:
+    """The new producer aborts the transaction the old one left open; until then the group holds the committed
+    offsets the rewind asks for back (KIP-447)."""
+    intake, _ = intake_with(FakeConsumer({0: 0}), monkeypatch)
+    steps: list[str] = []
+    intake.producer = Producer(broken=True)
+    failing_once(intake, KafkaException(KafkaError(KafkaError._TIMED_OUT, fatal=True)), steps)
+    intake.run(max_polls=2, stop=StopRequest())
+    assert steps == ["renew", "rewind"]
+
+
+def test_a_batch_that_failed_with_the_producer_still_usable_is_only_read_again(monkeypatch) -> None:
+    intake, _ = intake_with(FakeConsumer({0: 0}), monkeypatch)
+    steps: list[str] = []
+    intake.producer = Producer(broken=False)
+    failing_once(intake, KafkaException(KafkaError(KafkaError._MSG_TIMED_OUT)), steps)
+    intake.run(max_polls=2, stop=StopRequest())
+    assert steps == ["rewind"]
+
+
+def test_a_fenced_intake_takes_its_id_back_before_the_rewind(monkeypatch) -> None:
+    intake, _ = intake_with(FakeConsumer({0: 0}), monkeypatch)
+    steps: list[str] = []
+    intake.producer = Producer(broken=False)
+    failing_once(intake, ProducerFenced("fenced"), steps)
+    intake.run(max_polls=2, stop=StopRequest())
+    assert steps == ["renew", "rewind"]
