@@ -146,9 +146,11 @@ def test_broker_faults_under_load_lose_nothing(tmp_path: Path, monkeypatch: pyte
         plane.stop_all()
         kafka.stop()
     print(f"time from fault to placements again: {resumed}")
-    assert alive == dict.fromkeys(alive, True)
-    assert beats, "the agent heartbeats after the brokers came back"
-    assert (projecting, shown) == (True, "placed"), "the read model follows the log through the faults"
+    tails = plane.tails(20)  # what each process logged last, should one of these fail
+    assert alive == dict.fromkeys(alive, True), tails
+    assert beats, f"the agent heartbeats after the brokers came back:\n{tails}"
+    assert (projecting, shown) == (True, "placed"), (f"the read model follows the log through the faults (job "
+                                                     f"{last}: {read_model.job('cell-a', last)}):\n{tails}")
     submitted = [e.job_id for _, e in logged if isinstance(e, m.JobSubmitted)]
     assert sorted(set(submitted)) == sorted(submitted), "no submission written twice"
     assert set(load.acknowledged) <= set(submitted), "every acknowledged submission is on the log"
