@@ -183,7 +183,8 @@ class Intake:
     def _rejoin(self, why: KafkaException) -> None:
         """A new consumer in the group, subscribed to the same inputs; the old one leaves on a thread of its own
         (leaving can wait for a coordinator that does not answer). Until it has left or its session timed out,
-        the group may hold its partitions back from the new one: nothing is read twice, only later."""
+        the group may hold its partitions back from the new one, which then reads them from the committed offsets:
+        the failed batch is taken in once, only later."""
         log.warning("intake could not read its committed offsets (%s); joining the group again with a new "
                     "consumer", why)
         old, self.consumer = self.consumer, self._consumer()
