@@ -55,12 +55,14 @@ class LogReader:
     def cell_of(self, record: LogRecord) -> str:
         return self.partitions[record.partition]
 
-    def end_offsets(self) -> dict[str, int]:
-        """Per cell, the offset after the last record a committed reader can see now (the last stable offset)."""
+    def end_offsets(self, timeout: float = 30, attempts: int = 20) -> dict[str, int]:
+        """Per cell, the offset after the last record a committed reader can see now (the last stable offset),
+        asked up to `attempts` times while the brokers fail over, each waiting up to `timeout` seconds."""
         out = {}
         for partition, cell in sorted(self.partitions.items()):
             tp = TopicPartition(self.topic, partition)
-            _, out[cell] = retrying(lambda tp=tp: self._consumer.raw.get_watermark_offsets(tp, timeout=30))
+            _, out[cell] = retrying(lambda tp=tp: self._consumer.raw.get_watermark_offsets(tp, timeout=timeout),
+                                    attempts=attempts)
         return out
 
     def poll(self, timeout: float = 0.2, max_records: int = 2000) -> list[LogRecord]:

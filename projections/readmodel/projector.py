@@ -22,6 +22,9 @@ from projections.readmodel.store import ReadModelStore
 
 log = logging.getLogger("gangway.readmodel")
 
+#: How long a lag measure waits for a cell's end offset, asked once.
+LAG_QUERY_S = 5.0
+
 #: Called after each written batch with the cell, its new offset and the batch's stream items.
 BatchListener = Callable[[str, int, list[dict[str, Any]]], None]
 
@@ -122,7 +125,9 @@ class Projector:
 
     def _measure(self, reader: LogReader) -> None:
         now = time.monotonic()
-        for cell, end in reader.end_offsets().items():
+        # Asked once, briefly: retried for minutes, as a one-off read does, it would hold up the folding of what
+        # keeps arriving; a measure that fails counts as the outage it is (`follow`).
+        for cell, end in reader.end_offsets(timeout=LAG_QUERY_S, attempts=1).items():
             lag = self.lag[cell]
             lag.end = end
             lag.behind = max(0, end - reader.position(cell))
