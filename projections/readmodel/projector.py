@@ -103,25 +103,37 @@ class Projector:
 
     def follow(self, stop: threading.Event, lag_every_s: float = 0.5) -> None:
         """Folds what arrives until `stop` is set, measuring the lag every `lag_every_s` seconds. While the brokers
-        do not answer (a failover, all of them restarting) it waits and carries on; meanwhile no cell counts as
-        caught up, so the lag grows from the last moment one was. An error no failover explains is raised."""
-        with self._reader() as reader:
-            measured = 0.0
-            while not stop.is_set():
-                try:
-                    records = reader.poll(0.1)
-                    if records:
-                        self._fold_records(reader, records)
-                    if time.monotonic() - measured >= lag_every_s:
-                        measured = time.monotonic()
-                        self._measure(reader)
-                except KafkaException as error:
-                    if not transient(error):
-                        raise
-                    log.warning("read model: the brokers do not answer (%s); following again in 1 s", error)
-                    for lag in self.lag.values():
-                        lag.behind = max(lag.behind, 1)
-                    stop.wait(1.0)
+        do not answer (a failover, all of them restarting) it waits and carries on, with a new reader from what it
+        has folded; meanwhile no cell counts as caught up, so the lag grows from the last moment one was. An error
+        no failover explains is raised."""
+        while not stop.is_set():
+            with self._reader() as reader:  # from the offsets folded so far
+                outage = self._follow(reader, stop, lag_every_s)
+            if outage is None:
+                return
+            log.warning("read model: the brokers do not answer (%s); following again in 1 s", outage)
+            for lag in self.lag.values():
+                lag.behind = max(lag.behind, 1)
+            stop.wait(1.0)
+
+    def _follow(self, reader: LogReader, stop: threading.Event, lag_every_s: float) -> KafkaException | None:
+        """Folds what `reader` reads until `stop` is set (None) or an error a failover explains (returned). The
+        poll that met such an error may have taken records from the client that it never returned: reading goes on
+        with a new reader, from what was folded, so none is skipped."""
+        measured = 0.0
+        while not stop.is_set():
+            try:
+                records = reader.poll(0.1)
+                if records:
+                    self._fold_records(reader, records)
+                if time.monotonic() - measured >= lag_every_s:
+                    measured = time.monotonic()
+                    self._measure(reader)
+            except KafkaException as error:
+                if not transient(error):
+                    raise
+                return error
+        return None
 
     def _measure(self, reader: LogReader) -> None:
         now = time.monotonic()

@@ -6,10 +6,12 @@ from __future__ import annotations
 import threading
 from contextlib import contextmanager
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from confluent_kafka import KafkaError, KafkaException
 
+from projections.readmodel import projector as projector_module
 from projections.readmodel.projector import Projector
 from projections.readmodel.store import ReadModelStore
 
@@ -88,3 +90,58 @@ def test_the_lag_is_asked_once_briefly_so_folding_goes_on(tmp_path: Path):
     projector.follow(stop)
     assert reader.asked and all(attempts == 1 and timeout <= 5 for timeout, attempts in reader.asked)
     assert projector.lag["cell-a"].behind >= 1
+
+
+class Log:
+    """A cell's log of ten records, read as librdkafka would: a poll that meets an error has taken the records
+    before it out of the client, and returns none of them."""
+
+    def __init__(self, fail_at: int) -> None:
+        self.fail_at, self.readers, self.stop = fail_at, [], threading.Event()
+
+    def reader(self, cells, bootstrap, starts, all_cells, topics) -> LogReaderOnLog:
+        self.readers.append(starts["cell-a"])
+        return LogReaderOnLog(self, starts["cell-a"])
+
+
+class LogReaderOnLog:
+    def __init__(self, log: Log, start: int) -> None:
+        self.log, self.next = log, start
+
+    def __enter__(self) -> LogReaderOnLog:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        pass
+
+    def poll(self, timeout: float) -> list:
+        if self.next >= 10:
+            self.log.stop.set()
+            return []
+        taken = range(self.next, min(self.next + 3, 10))
+        self.next = taken[-1] + 1
+        if self.log.fail_at in taken:
+            self.log.fail_at = -1  # once
+            raise KafkaException(KafkaError(KafkaError._TRANSPORT, "broker gone"))
+        return [SimpleNamespace(offset=offset, event=None) for offset in taken]
+
+    def cell_of(self, record) -> str:
+        return "cell-a"
+
+    def end_offsets(self, timeout: float = 30, attempts: int = 20) -> dict[str, int]:
+        return {"cell-a": 10}
+
+    def position(self, cell: str) -> int:
+        return self.next
+
+
+def test_after_an_outage_it_reads_on_from_what_it_folded_so_no_record_is_skipped(tmp_path: Path, monkeypatch):
+    log = Log(fail_at=4)  # the second poll takes 3-5 and fails
+    monkeypatch.setattr(projector_module, "LogReader", log.reader)
+    projector = Projector(ReadModelStore(tmp_path / "read-model"), ["cell-a"], "127.0.0.1:1")
+    folded: list[int] = []
+    fold = projector.fold
+    projector.fold = lambda cell, records: (folded.extend(o for o, _ in records), fold(cell, records))
+    projector.follow(log.stop)
+    assert log.readers == [0, 3]  # a new reader from the first offset not folded
+    assert folded == list(range(10))
