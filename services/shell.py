@@ -40,7 +40,7 @@ from confluent_kafka import OFFSET_BEGINNING, KafkaException, TopicPartition
 from events import models as m
 from events.auth import service_principal
 from events.codec import EventCodec
-from events.log import EventConsumer, EventProducer, LogRecord, ProducerFenced
+from events.log import EventConsumer, EventProducer, LogRecord, ProducerFenced, transient
 from events.models import Decision, Reason
 from events.reader import LogReader
 from events.topics import TopicNames
@@ -276,7 +276,13 @@ class ServiceShell:
             log.info("%s timings: %s", self.decider.name, self.timings.summary())
 
     def poll_once(self, timeout: float = 0.5) -> int:
-        records = self.consumer.poll(self.batch_size, timeout)
+        try:
+            records = self.consumer.poll(self.batch_size, timeout)
+        except KafkaException as error:
+            if not transient(error):
+                raise
+            self._read_again(error)
+            return 0
         if not records:
             self.consumer.flush_commits()  # quiet: the group's offsets catch up with what was consumed
             self._rejoin_if_stuck()
@@ -309,6 +315,18 @@ class ServiceShell:
                 self._save(runtime)
                 self._lap("store", clock)
         return len(records)
+
+    def _read_again(self, error: KafkaException) -> None:
+        """After a poll that failed on an error a failover explains, each cell is read again from just after the
+        last record its replica folded (and its heartbeats from the next one unread): that poll may have taken
+        records out of the client that it never returned, and polling on would skip them."""
+        log.warning("%s: reading failed (%s); each cell is read again from where its replica stands",
+                    self.decider.name, error)
+        for runtime in self.runtimes.values():
+            self.consumer.seek_to(runtime.partition, runtime.replica.offset + 1)
+            if self.decider.side_input:
+                self.consumer.seek_to(runtime.partition, runtime.heartbeat_offset, self.topics.heartbeats)
+        time.sleep(0.5)
 
     def _save(self, runtime: CellRuntime) -> None:
         """The state as the log folded in order (decisions in flight lifted off), its offset and the extras, in
