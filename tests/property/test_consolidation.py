@@ -8,6 +8,7 @@ cohort, and a moved job that reclaims its own team's quota waits for its victims
 
 import random
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -91,6 +92,42 @@ def test_moves_keep_every_invariant_and_moved_jobs_go_first(data):
     assert checks.events == len(log)
     _, overtakes = moves_and_overtakes(log)
     assert not overtakes
+
+
+class Replayed:
+    """The choices of one recorded case, in order."""
+
+    def __init__(self, values: list) -> None:
+        self.values = list(values)
+
+    def one(self, options):
+        value = self.values.pop(0)
+        assert value in list(options)
+        return value
+
+    def int(self, low: int, high: int) -> int:
+        value = self.values.pop(0)
+        assert low <= value <= high
+        return value
+
+
+#: A case hypothesis found in CI (stop 39). At 690 s, s11 (team a, 1 GPU) and s6 move for gang s14's consolidation
+#: on n1. s6 is placed again at once (n0); s11 finds no GPU free outside nodes reserved for other gangs (n2 for s7
+#: since 480 s, and n1 for s12 from 690 s), and waits. At 721 s, s7 and s12 (team b, submitted after s11) are
+#: admitted first, and s11 one cycle later. Why the room the move counted on was not there for s11 is not found
+#: yet. Fixing it changes decisions, and so needs a new policy version; until then the case is pinned here.
+MOVED_JOB_BEHIND_RESERVATIONS = [
+    15, 0, 'b', 6, 13, None, 2, 'a', 1, 5, None, 2, 'b', 2, 9, None, 0, 'b', 6, 12, None, 0, 'a', 4, 12, 7200000, 0,
+    'b', 1, 5, None, 1, 'a', 1, 11, None, 3, 'b', 4, 5, None, 1, 'a', 6, 5, None, 1, 'b', 2, 9, None, 1, 'b', 1, 5,
+    None, 2, 'a', 1, 10, None, 3, 'b', 1, 5, None, 0, 'a', 1, 11, None, 3, 'a', 2, 5, None, 2, 5, 'a', 1, 10, 5, 'a',
+    1, 10, 8, '0s', '0s', '5m',
+]
+
+
+@pytest.mark.xfail(strict=True, reason="a moved job waits behind reservations of gangs submitted after it (the case above)")
+def test_a_moved_job_is_not_left_behind_reservations_of_later_gangs():
+    log = run(fragmented(Replayed(MOVED_JOB_BEHIND_RESERVATIONS)), observers=[Invariants()]).cell.log
+    assert moves_and_overtakes(log) == (2, [])
 
 
 def test_fragmented_cells_do_move_jobs():
