@@ -75,6 +75,8 @@ TRACEPARENT_LENGTH = 55
 UNSETTLED_S = 60.0
 #: How often the consumer reports its group state (librdkafka statistics), for the check above.
 GROUP_STATS_MS = 5_000
+#: How long a replica reopening a cell waits for the group to say the cell's committed offset before joining anew.
+COMMITTED_WAIT_S = 10.0
 
 
 def save_every_s(replica: Replica) -> float:
@@ -337,14 +339,15 @@ class ServiceShell:
         runtime.store.save(runtime.replica.state, extra=self._extra(runtime))
         runtime.saved_at, runtime.unsaved = time.monotonic(), False
 
-    def _committed(self, partition: int) -> int:
-        """The cell's input offset committed with the latest transaction that went through (-1 when none did, or
-        when the group cannot say now: then what the store and this process wrote is all that is known)."""
+    def _committed(self, partition: int) -> int | None:
+        """The cell's input offset committed with the latest transaction that went through (-1 when none did), or
+        None when the group does not say within COMMITTED_WAIT_S."""
         try:
-            return self.consumer.committed([TopicPartition(self.topics.events, partition)])[0].offset
+            tp = TopicPartition(self.topics.events, partition)
+            return self.consumer.raw.committed([tp], timeout=COMMITTED_WAIT_S)[0].offset
         except KafkaException as error:
             log.warning("%s: the committed offset of partition %d is unknown (%s)", self.decider.name, partition, error)
-            return -1
+            return None
 
     def _reopen(self, runtime: CellRuntime) -> None:
         """Back to what the store holds (the last committed batch), and the consumer back to just after it."""
@@ -354,10 +357,30 @@ class ServiceShell:
         # What was committed since the store was saved is in the log: read again, it is folded, not re-decided. So
         # is the batch that failed here if its commit went through after all (a commit whose answer a failover lost
         # comes back fenced or timed out): the group's offset, committed in the same transaction, tells.
-        fresh.replay_until = max(runtime.replay_until, runtime.written_to, self._committed(runtime.partition))
+        committed = self._committed(runtime.partition)
+        if committed is None:
+            self._join_again()
+            return
+        fresh.replay_until = max(runtime.replay_until, runtime.written_to, committed)
         self.consumer.seek_to(runtime.partition, fresh.replica.offset + 1)
         if self.decider.side_input:
             self.consumer.seek_to(runtime.partition, fresh.heartbeat_offset, self.topics.heartbeats)
+
+    def _join_again(self) -> None:
+        """Without the committed offset a failed batch cannot be told decided or not: the replica gives up its
+        cells, as a revoke would, and a new consumer joins the group, whose assignment reads the offsets afresh.
+        After all brokers restarted, a consumer's `committed` was seen timing out call after call for minutes
+        (the old one leaves on a thread of its own: leaving can wait for a coordinator that does not answer)."""
+        log.warning("%s gives up its cells and joins its group again with a new consumer", self.decider.name)
+        for runtime in self.runtimes.values():
+            self._save(runtime)
+            runtime.store.close()
+        self.runtimes.clear()
+        self.unowned_since = time.monotonic()
+        stuck, self.consumer = self.consumer, self._join()
+        self.decoded_before += stuck.decode_seconds
+        self._closing = threading.Thread(target=stuck.close, name="stuck-consumer-close", daemon=True)
+        self._closing.start()
 
     def process(self, runtime: CellRuntime, records: list[LogRecord], side: list[LogRecord]) -> None:
         replica = runtime.replica

@@ -1,0 +1,92 @@
+"""A service reopening a cell after a failed batch asks the group for the cell's committed offset once, briefly; when
+the group does not say it (all brokers just restarted), the replica gives up its cells and joins its group again with
+a new consumer, instead of retrying for minutes deaf to SIGTERM (services/shell.py)."""
+
+from __future__ import annotations
+
+import threading
+from types import SimpleNamespace
+
+from confluent_kafka import KafkaError, KafkaException, TopicPartition
+
+from services import shell as shell_module
+from services.shell import ServiceShell
+
+
+class Raw:
+    def __init__(self, committed: int | None) -> None:
+        self.committed_offset, self.asked = committed, []
+
+    def committed(self, partitions, timeout: float):
+        self.asked.append(timeout)
+        if self.committed_offset is None:
+            raise KafkaException(KafkaError(KafkaError._TIMED_OUT, "Failed to get committed offsets"))
+        return [TopicPartition(p.topic, p.partition, self.committed_offset) for p in partitions]
+
+
+class Consumer:
+    def __init__(self, committed: int | None = 0) -> None:
+        self.raw, self.sought, self.closed, self.decode_seconds = Raw(committed), [], threading.Event(), 0.5
+
+    def seek_to(self, partition: int, offset: int, topic: str | None = None) -> None:
+        self.sought.append((partition, offset))
+
+    def close(self) -> None:
+        self.closed.set()
+
+
+class Store:
+    def __init__(self) -> None:
+        self.closed = False
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def runtime(partition: int, offset: int) -> SimpleNamespace:
+    return SimpleNamespace(partition=partition, cell=f"cell-{partition}", store=Store(), replay_until=0,
+                           written_to=offset, unsaved=False, replica=SimpleNamespace(offset=offset),
+                           heartbeat_offset=0)
+
+
+def shell_with(committed: int | None) -> tuple[ServiceShell, list[Consumer]]:
+    shell = object.__new__(ServiceShell)  # no broker: only the reopening of a cell is under test
+    joined: list[Consumer] = []
+
+    def join() -> Consumer:
+        joined.append(Consumer())
+        return joined[-1]
+
+    shell._join = join
+    shell.decider = SimpleNamespace(name="admitter", side_input=None)
+    shell.topics = SimpleNamespace(events="events", heartbeats="heartbeats")
+    shell.consumer = Consumer(committed)
+    shell.runtimes = {0: runtime(0, 41), 1: runtime(1, 7)}
+    shell.decoded_before, shell._closing, shell.unowned_since = 0.0, None, None
+
+    def reopened(partition: int) -> SimpleNamespace:
+        shell.runtimes[partition] = runtime(partition, 30)  # what its store held
+        return shell.runtimes[partition]
+
+    shell._open = reopened
+    return shell, joined
+
+
+def test_a_cell_reopens_from_its_store_with_the_committed_offset_as_the_replay_bound() -> None:
+    shell, joined = shell_with(committed=45)
+    failed = shell.runtimes[0]
+    shell._reopen(failed)
+    assert shell.consumer.raw.asked == [shell_module.COMMITTED_WAIT_S]
+    assert shell.runtimes[0].replay_until == 45 and shell.consumer.sought == [(0, 31)]
+    assert failed.store.closed and not joined
+
+
+def test_a_group_that_does_not_say_the_committed_offset_is_joined_again_with_a_new_consumer() -> None:
+    shell, joined = shell_with(committed=None)
+    stuck, others = shell.consumer, shell.runtimes[1]
+    shell._reopen(shell.runtimes[0])
+    assert stuck.raw.asked == [shell_module.COMMITTED_WAIT_S]  # asked once, briefly
+    assert stuck.sought == [] and shell.runtimes == {}
+    assert others.store.closed  # every cell given up, as a revoke gives them up
+    assert joined and shell.consumer is joined[0]
+    assert stuck.closed.wait(5)  # the stuck consumer leaves the group
