@@ -182,8 +182,13 @@ class ServiceShell:
         log.warning("%s owns no cell and its consumer has been out of step with its group for %.0f s (state %s, "
                     "join state %s): joining again with a new consumer", self.decider.name, now - self.unsettled_since,
                     *self.group)
-        stuck, self.consumer = self.consumer, self._join()
+        self._replace_consumer()
         self.unsettled_since = None
+
+    def _replace_consumer(self) -> None:
+        """A new consumer joins the group; the old one leaves on a thread of its own (leaving can wait for a
+        coordinator that does not answer)."""
+        stuck, self.consumer = self.consumer, self._join()
         self.decoded_before += stuck.decode_seconds
         self._closing = threading.Thread(target=stuck.close, name="stuck-consumer-close", daemon=True)
         self._closing.start()
@@ -212,11 +217,15 @@ class ServiceShell:
         for p in partitions:
             runtime = self.runtimes.pop(p.partition, None) if p.topic == self.topics.events else None
             if runtime is not None:
-                self._save(runtime)
-                runtime.store.close()
-                log.info("%s gave up %s", self.decider.name, runtime.cell)
+                self._give_up(runtime)
         if not self.runtimes and self.unowned_since is None:
             self.unowned_since = time.monotonic()
+
+    def _give_up(self, runtime: CellRuntime) -> None:
+        """The cell's state saved and its store closed: another replica, or a later assignment, goes on from there."""
+        self._save(runtime)
+        runtime.store.close()
+        log.info("%s gave up %s", self.decider.name, runtime.cell)
 
     def _open(self, partition: int) -> CellRuntime:
         cell = self.cells[partition]
@@ -369,18 +378,13 @@ class ServiceShell:
     def _join_again(self) -> None:
         """Without the committed offset a failed batch cannot be told decided or not: the replica gives up its
         cells, as a revoke would, and a new consumer joins the group, whose assignment reads the offsets afresh.
-        After all brokers restarted, a consumer's `committed` was seen timing out call after call for minutes
-        (the old one leaves on a thread of its own: leaving can wait for a coordinator that does not answer)."""
+        After all brokers restarted, a consumer's `committed` was seen timing out call after call for minutes."""
         log.warning("%s gives up its cells and joins its group again with a new consumer", self.decider.name)
         for runtime in self.runtimes.values():
-            self._save(runtime)
-            runtime.store.close()
+            self._give_up(runtime)
         self.runtimes.clear()
         self.unowned_since = time.monotonic()
-        stuck, self.consumer = self.consumer, self._join()
-        self.decoded_before += stuck.decode_seconds
-        self._closing = threading.Thread(target=stuck.close, name="stuck-consumer-close", daemon=True)
-        self._closing.start()
+        self._replace_consumer()
 
     def process(self, runtime: CellRuntime, records: list[LogRecord], side: list[LogRecord]) -> None:
         replica = runtime.replica
