@@ -81,13 +81,18 @@ CATALOGUE: dict[str, Policy] = {
 
 
 #: Earlier versions of the catalogue's policies: decisions recorded under them still resolve (verify, what-if).
-_GANGWAY_5 = replace(GANGWAY, version="gangway-5", preemption=replace(GANGWAY.preemption, keep_room_for_moves=False))
+_GANGWAY_6 = replace(GANGWAY, version="gangway-6", admission=replace(GANGWAY.admission, movers_in_plan_order=False))
+_GANGWAY_5 = replace(_GANGWAY_6, version="gangway-5",
+                     preemption=replace(GANGWAY.preemption, keep_room_for_moves=False))
 _GANGWAY_4 = replace(_GANGWAY_5, version="gangway-4", preemption=replace(_GANGWAY_5.preemption, consolidate=False))
 _GANGWAY_3 = replace(_GANGWAY_4, version="gangway-3", placement=replace(GANGWAY.placement, pack_domains=False),
                      preemption=replace(_GANGWAY_4.preemption, prefer_one_rack=False))
 _GANGWAY_2 = replace(_GANGWAY_3, version="gangway-2",
                      recovery=replace(GANGWAY.recovery, enforce_time_limits=False, start_timeout_ms=None))
 EARLIER: dict[str, Policy] = {
+    # before moved jobs were admitted again in the order their move's plan placed them: an earlier small mover
+    # could take the room the plan counted on for another, which then waited behind later gangs
+    "gangway-6": _GANGWAY_6,
     # before consolidation kept the room its moves count on: a gang admitted while a moving job checkpointed
     # could take it, and the moved job waited
     "gangway-5": _GANGWAY_5,

@@ -34,6 +34,10 @@ class AdmissionPolicy:
     #: restarts, and the jobs it set back wait behind newcomers. 0: always.
     least_attained_service_min_cv: float = 0.0
     admissions_per_team_per_cycle: int | None = None  # None: no limit (Kueue admits one per queue)
+    #: Jobs that moved for a consolidation are admitted again biggest first, then by job id: the order in which the
+    #: move's plan found each of them room (services/preemptor/consolidation.py), so none takes the room the plan
+    #: counted on for another; off: in queue order, where an earlier small mover may take a later one's room.
+    movers_in_plan_order: bool = False
 
     def __post_init__(self) -> None:
         if not 0 <= self.least_attained_service_min_cv <= 100:

@@ -45,16 +45,19 @@ def least_attained_service(state: CellState, admission: AdmissionPolicy) -> bool
 
 
 def order_key(state: CellState, admission: AdmissionPolicy) -> Callable[[Job], tuple]:
-    """A gang moving to make room (consolidation) first, then within-nominal work (unless not `nominal_first`),
-    priority, weighted dominant share (with `fair_share`), least attained service (while
-    `least_attained_service` applies: its band), submit order."""
+    """A gang moving to make room (consolidation) first (with `movers_in_plan_order`, biggest first, then by id),
+    then within-nominal work (unless not `nominal_first`), priority, weighted dominant share (with `fair_share`),
+    least attained service (while `least_attained_service` applies: its band), submit order."""
     fair_share, nominal_first = admission.fair_share, admission.nominal_first
+    movers_in_plan_order = admission.movers_in_plan_order
     las = least_attained_service(state, admission)
     tenancy = state.tenancy
     shares: dict[str, int] = {}
     room: dict[tuple[str, str], int] = {}
 
     def key(job: Job) -> tuple:
+        if job.moving and movers_in_plan_order:  # as the move's plan placed them: biggest first (all it asks)
+            return (False, -job.workers * job.gpus_per_worker, job.job_id)
         team = (job.team, job.gpu_type)
         if team not in room:
             room[team] = tenancy.quota(*team).nominal - tenancy.used(*team)

@@ -213,13 +213,17 @@ def test_time_sharing_waits_for_finished_jobs_to_show_it_pays(traces, spread):
         assert gated["solo-00060"] == 0
 
 
-def test_gangway_5_consolidates_and_packs_racks_and_earlier_versions_still_resolve_without():
-    assert policy("gangway").version == "gangway-6"
-    assert policy("gangway").placement.pack_domains and policy("gangway").preemption.prefer_one_rack
-    assert policy("gangway").preemption.consolidate
+def test_gangway_consolidates_and_packs_racks_and_earlier_versions_still_resolve_without():
+    gangway = policy("gangway")
+    assert gangway.version == "gangway-7"
+    assert gangway.placement.pack_domains and gangway.preemption.prefer_one_rack
+    assert gangway.preemption.consolidate and gangway.admission.movers_in_plan_order
+    six = resolve("gangway-6")
+    assert not six.admission.movers_in_plan_order and six.preemption == gangway.preemption
+    assert six.placement == gangway.placement and six.recovery == gangway.recovery
     four = resolve("gangway-4")
     assert not four.preemption.consolidate and four.placement.pack_domains and four.preemption.prefer_one_rack
-    assert four.admission == policy("gangway").admission and four.recovery == policy("gangway").recovery
+    assert four.admission == six.admission and four.recovery == gangway.recovery
     earlier = resolve("gangway-3")
     assert not earlier.placement.pack_domains and not earlier.preemption.prefer_one_rack
-    assert earlier.recovery == policy("gangway").recovery and earlier.admission == policy("gangway").admission
+    assert earlier.recovery == gangway.recovery and earlier.admission == six.admission
