@@ -413,6 +413,7 @@ class EventConsumer:
         self.codec = codec or EventCodec()
         self._pending: dict[tuple[str, int], int] = {}
         self._missing_ok = False  # whether a subscribed topic that does not exist is no error
+        self._met: KafkaException | None = None  # an error met in a batch that had records: the next poll raises it
         self.decode_seconds = 0.0  # time spent decoding, for the service's timings
         self._last_commit = 0.0
         keys = writer_keys(bootstrap_servers)
@@ -458,10 +459,13 @@ class EventConsumer:
         """The id of the Kafka cluster this consumer reads: part of the identity of a log."""
         return retrying(lambda: self._consumer.list_topics(timeout=30).cluster_id)
 
-    def committed(self, partitions: list[TopicPartition]) -> list[TopicPartition]:
-        return retrying(lambda: self._consumer.committed(partitions, timeout=30))
-
     def poll(self, max_records: int = 500, timeout: float = 1.0) -> list[LogRecord]:
+        """The records that have arrived, decoded. An error met among them is raised once they are delivered: at
+        once when there are none, else by the next call. librdkafka has handed over the whole batch (its position
+        is past it), so raising at the error would lose every record of the batch to a caller that polls on."""
+        if self._met is not None:
+            met, self._met = self._met, None
+            raise met
         records = []
         # Take what is already here; wait only when nothing is, and then for the first record alone,
         # so a quiet log costs latency nobody sees and a busy one is read in batches.
@@ -470,13 +474,15 @@ class EventConsumer:
             first = self._consumer.poll(timeout)
             messages = [] if first is None else [first, *self._consumer.consume(max_records - 1, 0)]
         began = time.perf_counter()
+        met = None
         for message in messages:
             if message.error() is not None:
                 if message.error().code() == KafkaError._PARTITION_EOF:
                     continue
                 if self._missing_ok and message.error().code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
                     continue  # a topic not created yet, or deleted
-                raise KafkaException(message.error())
+                met = met or KafkaException(message.error())
+                continue
             topic, value, headers = message.topic(), message.value(), tuple(message.headers() or ())
             try:
                 event, error = self.codec.decode(value), None
@@ -487,6 +493,10 @@ class EventConsumer:
             records.append(LogRecord(topic, message.partition(), message.offset(), message.key(), value, event, error,
                                      message.timestamp()[1], headers))
         self.decode_seconds += time.perf_counter() - began
+        if met is not None:
+            if not records:
+                raise met
+            self._met = met
         return records
 
     def _vouch(self, topic: str, partition: int, value: bytes, headers: Headers,

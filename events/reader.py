@@ -9,17 +9,20 @@ of committed transactions only, in offset order, each with its offset (undecodab
 
 from __future__ import annotations
 
+import logging
 import os
 import time
 import uuid
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 
-from confluent_kafka import TopicPartition
+from confluent_kafka import KafkaException, TopicPartition
 
 from events.auth import READER, Credentials
 from events.collector import paused_collections
-from events.log import EventConsumer, LogRecord, retrying
+from events.log import EventConsumer, LogRecord, retrying, transient
 from events.topics import TopicNames, cell_partition, cells_from_env, topic_names
+
+log = logging.getLogger(__name__)
 
 
 def default_bootstrap() -> str:
@@ -66,8 +69,22 @@ class LogReader:
         return out
 
     def poll(self, timeout: float = 0.2, max_records: int = 2000) -> list[LogRecord]:
-        """What has arrived, waiting up to `timeout` for the first record: for readers that follow the log."""
+        """What has arrived, waiting up to `timeout` for the first record; raises an error librdkafka met (after
+        the records around it: `EventConsumer.poll`). Readers that follow the log live call `follow`."""
         return self._consumer.poll(max_records, timeout)
+
+    def follow(self, timeout: float = 0.2, max_records: int = 2000) -> list[LogRecord]:
+        """`poll`, for a reader that follows the log live and must outlast a broker's failover (the node agent, the
+        simulated fleet): an error a failover explains reads as nothing new, and the reader keeps its place
+        (librdkafka fetches again once a leader answers; `EventConsumer.poll` delivers a batch's records before its
+        error). Any other error is raised."""
+        try:
+            return self.poll(timeout, max_records)
+        except KafkaException as error:
+            if not transient(error):
+                raise
+            log.warning("reading %s: %s; reading on once the brokers answer", ", ".join(self.cells), error)
+            return []
 
     def read(self, to: int | None = None) -> Iterator[LogRecord]:
         """Records up to offset `to` (inclusive) or, without it, to the end as it stands when called."""
@@ -76,7 +93,7 @@ class LogReader:
             ends = {cell: min(end, to + 1) for cell, end in ends.items()}
         done = {cell for cell, end in ends.items() if self.position(cell) >= end}
         while len(done) < len(self.cells):
-            for record in self.poll(0.5):
+            for record in self.follow(0.5):
                 cell = self.cell_of(record)
                 if cell in done:
                     continue
@@ -114,7 +131,7 @@ def await_on_log(event_ids: Iterable[str], cells: Sequence[str], bootstrap_serve
     deadline = time.monotonic() + timeout
     with LogReader(cells, bootstrap_servers, 0, all_cells, topics) as reader:
         while missing and time.monotonic() < deadline:
-            for record in reader.poll(0.2):
+            for record in reader.follow(0.2):
                 if record.event is not None:
                     missing.discard(record.event.envelope.event_id)
     return missing

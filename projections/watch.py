@@ -111,7 +111,7 @@ def run(args: argparse.Namespace) -> int:
         with Live(view.renderable(), console=out, auto_refresh=False, screen=out.is_terminal) as live:
             last = 0.0
             while not stopping:
-                for record in reader.poll(0.2):
+                for record in reader.follow(0.2):
                     if record.event is not None:
                         view.fold(record.offset, record.event)
                 if time.monotonic() - last >= args.interval:

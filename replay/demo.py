@@ -181,7 +181,7 @@ class Demo:
         last_screen = 0.0
         try:
             while not self.stopping and time.monotonic() - began < a.duration:
-                for record in reader.poll(0.2):
+                for record in reader.follow(0.2):
                     if record.event is not None:
                         self._fold(record.offset, record.event)
                 if not loaded and len(self.view.state.cluster.nodes) >= a.nodes:

@@ -138,6 +138,7 @@ class ServiceShell:
         self.unowned_since: float | None = time.monotonic()  # since when this replica has owned no cell
         self.decoded_before = 0.0  # decode time of consumers replaced
         self._closing: threading.Thread | None = None  # a replaced consumer leaving its group
+        self._join_wanted = False  # an assignment came without its committed offsets: join again after the poll
         self.consumer = self._join()
         self.cluster_id = self.consumer.cluster_id()
 
@@ -196,15 +197,24 @@ class ServiceShell:
     # --- cells coming and going -------------------------------------------------------------
 
     def _on_assign(self, consumer, partitions: list[TopicPartition]) -> None:
-        starts = []
+        """Opens each cell assigned, to be read from its store's offset. A cell whose committed offset the group
+        does not say (asked once, briefly: the callback holds the poll) is not opened; the replica joins its group
+        again once the poll returns (`_join_again`), as a reopen without the offset does."""
+        starts, unknown = [], set()
         for p in sorted(partitions, key=lambda p: (p.topic != self.topics.events, p.partition)):
             if p.topic != self.topics.events:
+                if p.partition in unknown:
+                    continue
                 runtime = self.runtimes.get(p.partition)
                 start = runtime.heartbeat_offset if runtime is not None else OFFSET_BEGINNING
                 starts.append(TopicPartition(p.topic, p.partition, start))
                 continue
+            committed = self._committed(p.partition)
+            if committed is None:
+                unknown.add(p.partition)
+                self._join_wanted = True
+                continue
             runtime = self._open(p.partition)
-            committed = self.consumer.committed([TopicPartition(p.topic, p.partition)])[0].offset
             runtime.replay_until = max(committed, 0)
             starts.append(TopicPartition(p.topic, p.partition, runtime.replica.offset + 1))
             log.info("%s owns %s from offset %d (committed %d)", self.decider.name, runtime.cell,
@@ -294,6 +304,10 @@ class ServiceShell:
                 raise
             self._read_again(error)
             return 0
+        if self._join_wanted:
+            self._join_wanted = False
+            self._join_again()
+            return 0
         if not records:
             self.consumer.flush_commits()  # quiet: the group's offsets catch up with what was consumed
             self._rejoin_if_stuck()
@@ -329,8 +343,8 @@ class ServiceShell:
 
     def _read_again(self, error: KafkaException) -> None:
         """After a poll that failed on an error a failover explains, each cell is read again from just after the
-        last record its replica folded (and its heartbeats from the next one unread): that poll may have taken
-        records out of the client that it never returned, and polling on would skip them."""
+        last record its replica folded (and its heartbeats from the next one unread): what the client fetched
+        past that is not relied on (`EventConsumer.poll` delivers a batch's records before its error)."""
         log.warning("%s: reading failed (%s); each cell is read again from where its replica stands",
                     self.decider.name, error)
         for runtime in self.runtimes.values():

@@ -129,7 +129,7 @@ def run_agent(agent: NodeAgent, bootstrap: str, cells: tuple[str, ...], clock: V
                 agent.stop_all()
             if draining_since is not None and not agent.live_workers():
                 break
-            for record in reader.poll(POLL_S):
+            for record in reader.follow(POLL_S):
                 if record.event is not None:
                     agent.observe(record.offset, record.event, clock.now_ms())
                     trace_placement(tracer, record, {agent.node})

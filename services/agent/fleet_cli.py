@@ -123,7 +123,7 @@ def run_fleet(fleet: Fleet, bootstrap: str, topics: TopicNames, cells: tuple[str
         fleet.register(clock.now_ms())
         log.info("fleet of %d nodes in %s is up", len(fleet.node_cell), ", ".join(fleet.cells))
         while not stopping:
-            for record in reader.poll(_wait_s(fleet, clock), 500):
+            for record in reader.follow(_wait_s(fleet, clock), 500):
                 if record.event is not None:
                     fleet.observe(reader.cell_of(record), record.event, record.offset)
                     trace_placement(tracer, record, nodes)

@@ -139,7 +139,7 @@ class Client:
 
     def follow(self, timeout: float) -> None:
         """Folds what arrives within `timeout` seconds (for live views)."""
-        for record in self._reader.poll(timeout):
+        for record in self._reader.follow(timeout):
             if record.event is not None:
                 self._fold(record.offset, record.event)
 

@@ -1,6 +1,6 @@
-"""A service reopening a cell after a failed batch asks the group for the cell's committed offset once, briefly; when
-the group does not say it (all brokers just restarted), the replica gives up its cells and joins its group again with
-a new consumer, instead of retrying for minutes deaf to SIGTERM (services/shell.py)."""
+"""A service opening a cell (assigned to it, or reopened after a failed batch) asks the group for the cell's committed
+offset once, briefly; when the group does not say it (all brokers just restarted), the replica gives up its cells and
+joins its group again with a new consumer, instead of retrying for minutes deaf to SIGTERM (services/shell.py)."""
 
 from __future__ import annotations
 
@@ -90,3 +90,42 @@ def test_a_group_that_does_not_say_the_committed_offset_is_joined_again_with_a_n
     assert others.store.closed  # every cell given up, as a revoke gives them up
     assert joined and shell.consumer is joined[0]
     assert stuck.closed.wait(5)  # the stuck consumer leaves the group
+
+
+class Assigned:
+    """The raw consumer a rebalance callback is handed: what it is told to read."""
+
+    def __init__(self) -> None:
+        self.starts: list[tuple[str, int, int]] = []
+
+    def assign(self, starts: list[TopicPartition]) -> None:
+        self.starts = [(t.topic, t.partition, t.offset) for t in starts]
+
+
+def assigning(committed: int | None) -> tuple[ServiceShell, list[Consumer], Assigned]:
+    shell, joined = shell_with(committed)
+    shell.runtimes, shell._join_wanted = {}, False
+    shell.decider = SimpleNamespace(name="placer", side_input=True)
+    return shell, joined, Assigned()
+
+
+def test_an_assigned_cell_opens_with_the_committed_offset_as_the_replay_bound() -> None:
+    shell, joined, raw = assigning(committed=45)
+    shell._on_assign(raw, [TopicPartition("events", 0), TopicPartition("heartbeats", 0)])
+    assert shell.consumer.raw.asked == [shell_module.COMMITTED_WAIT_S]
+    assert shell.runtimes[0].replay_until == 45
+    assert raw.starts == [("events", 0, 31), ("heartbeats", 0, 0)]
+    assert not shell._join_wanted and not joined
+
+
+def test_an_assignment_the_group_gives_no_offset_for_is_not_opened_and_the_group_joined_again() -> None:
+    shell, joined, raw = assigning(committed=None)
+    stuck = shell.consumer
+    shell._on_assign(raw, [TopicPartition("events", 0), TopicPartition("heartbeats", 0)])
+    assert stuck.raw.asked == [shell_module.COMMITTED_WAIT_S]  # asked once, briefly, inside the callback
+    assert shell.runtimes == {} and raw.starts == []  # neither the cell nor its heartbeats are read
+    stuck.poll = lambda batch_size, timeout: []
+    shell.batch_size = 100
+    assert shell.poll_once() == 0  # once the callback has returned: a new consumer joins the group
+    assert joined and shell.consumer is joined[0] and stuck.closed.wait(5)
+    assert not shell._join_wanted
