@@ -164,13 +164,27 @@ class EventProducer:
             "logger": quiet_logger(),
         }
         self._spare: tuple[Producer, dict] | None = None  # with `by_turns`: the other producer and its config
-        self._start()
+        self._renewing: Producer | None = None  # made to replace the current one, its transactions not yet begun
+        self._producer = self._started(self._config)
+        self._abandoned = self._broken = False
         if by_turns:
             spare = {**self._config, "transactional.id": transactional_id + SECOND_ID}
             self._spare = (self._started(spare), spare)
 
-    def _start(self) -> None:
-        self._producer = self._started(self._config)
+    def renew(self, within_s: float) -> None:
+        """Makes the producer anew under the same transactional id, which fences the old one and aborts the
+        transaction it left open. Waits at most `within_s` for the transaction coordinator, and raises its error
+        when it does not answer in time: the producer stays unusable, and the next call waits again on the same
+        new one (a write's deadline bounds it, where a new writer waits up to 30 min for its brokers)."""
+        if self._renewing is None:
+            self._renewing = Producer(self._config)
+        try:
+            self._renewing.init_transactions(max(within_s, 0.1))
+        except KafkaException as failure:
+            if not transient(failure):
+                self._renewing = None  # past saving: the next call makes another
+            raise
+        self._producer, self._renewing = self._renewing, None
         self._abandoned = self._broken = False
 
     @property
@@ -210,7 +224,7 @@ class EventProducer:
         while True:
             try:
                 if self._broken:
-                    self._start()
+                    self.renew(deadline - time.monotonic())
                 with self.transaction(consumer, consumed):
                     for event in events:
                         self.produce(event, headers(event) if headers else None)

@@ -49,6 +49,9 @@ FOLLOW_EVERY_S = 1.0
 CHECK_EVERY_S = 5.0
 #: How long a rewind waits for the group to say its committed offsets before joining the group anew.
 REWIND_WAIT_S = 5.0
+#: How long the intake waits for its transaction coordinator when it takes its transactional id back after a failed
+#: batch; a coordinator that does not answer sooner is asked again after the next batch.
+RENEW_WAIT_S = 10.0
 
 
 def take_in(topics: TopicNames, cells: Sequence[str], record: LogRecord) -> tuple[m.Event | None, str]:
@@ -116,9 +119,8 @@ class Intake:
         self.follow_inputs()
         self._follower = threading.Thread(target=self._follow, name="intake-follower", daemon=True)
         self._follower.start()
-        self._producer = lambda: EventProducer(bootstrap, self.transactional_id, topics, cells, principal=principal,
-                                               by_turns=True)
-        self.producer = self._producer()
+        self.producer = EventProducer(bootstrap, self.transactional_id, topics, cells, principal=principal,
+                                      by_turns=True)
         self.taken = self.refused = 0
 
     def run(self, max_polls: int | None = None, stop: StopRequest | None = None) -> None:
@@ -159,11 +161,9 @@ class Intake:
         read only once no transaction holds one back, KIP-447). While the coordinator cannot answer, the old one
         stays, and the next batch comes back here."""
         try:
-            fresh = self._producer()
+            self.producer.renew(RENEW_WAIT_S)
         except KafkaException as error:
             log.warning("intake could not take its transactional id back yet (%s)", error)
-            return
-        self.producer = fresh  # the fenced one is unusable: dropped
 
     def _rewind(self) -> None:
         """Back to the committed input offsets: nothing of the failed batch reached Kafka. When the group does not

@@ -23,6 +23,9 @@ class RefusingProducer:
         self.committed: list[bytes] = []
         self._open: list[bytes] = []
 
+    def init_transactions(self, timeout) -> None:
+        self.calls.append("init")
+
     def begin_transaction(self) -> None:
         self.calls.append("begin")
         self._open = []
@@ -44,7 +47,7 @@ class RefusingProducer:
 def producer_over(fake: RefusingProducer) -> EventProducer:
     producer = object.__new__(EventProducer)  # no broker: only the retry rule is under test
     producer._producer, producer._abandoned, producer._signer, producer._unsigned = fake, False, None, None
-    producer._broken = False
+    producer._broken, producer._renewing = False, None
     producer.topics, producer.cells, producer.codec, producer.inputs = topic_names(""), ("test-cell",), EventCodec(), None
     producer._config, producer._spare = {"transactional.id": "test"}, None
     return producer
@@ -88,10 +91,10 @@ def test_a_producer_a_fatal_error_left_unusable_is_made_anew_before_the_next_wri
     stuck.produce = lambda *a, **k: (_ for _ in ()).throw(KafkaException(KafkaError(KafkaError._TIMED_OUT, "stuck",
                                                                                       fatal=True)))
     fresh = RefusingProducer(failures=0, code=0)
-    monkeypatch.setattr(EventProducer, "_started", staticmethod(lambda config: fresh))
+    monkeypatch.setattr(event_log, "Producer", lambda config: fresh)
     producer = producer_over(stuck)
     with pytest.raises(KafkaException):
         producer.write([tick(1_000)], give_up_after_s=0)
     producer.write([tick(2_000)])
     assert stuck.calls == ["begin", "abort"]  # never begun again
-    assert fresh.calls == ["begin", "commit"]
+    assert fresh.calls == ["init", "begin", "commit"]
