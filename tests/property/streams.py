@@ -127,3 +127,32 @@ def stream(c: Chooser, steps: int) -> Scenario:
                    "heartbeat_every": "10s"},
         "tick": "30s", "until": "40m", "inputs": inputs,
     }, "random stream")
+
+
+def time_shared(c: Chooser) -> Scenario:
+    """A scenario for least attained service (Tiresias' order) with time-sharing: two 8-GPU nodes, two teams, 2-4
+    long gangs early, then 6-14 short ones over 90 minutes, so gangs move between bands (the second begins at one
+    GPU-hour), yield, and wait behind newer work."""
+    inputs = []
+    for i in range(c.int(2, 4)):
+        inputs.append({"at": c.int(0, 10) * MINUTE, "submit": {
+            "job": f"long{i}", "team": c.one(["a", "b"]), "gpus_per_worker": c.one([4, 8]),
+            "runs_for": c.int(60, 180) * MINUTE, "time_limit": c.one([None, 240 * MINUTE])}})
+    for i in range(c.int(6, 14)):
+        inputs.append({"at": c.int(5, 90) * MINUTE + c.int(0, 59) * 1000, "submit": {
+            "job": f"short{i}", "team": c.one(["a", "a", "b"]), "gpus_per_worker": c.one([2, 4, 8]),
+            "runs_for": c.int(3, 30) * MINUTE, "priority_class": c.one([None, None, "high"])}})
+    return parse({
+        "name": "time-shared-cell",
+        "cell": {"topology": ["block", "rack"], "nodes": [{"generate": {
+            "count": 2, "gpus": 8, "gpu_type": "H100", "nodes_per_rack": 2, "racks_per_block": 1}}]},
+        "cohorts": [{"name": "co"}],
+        "teams": [{"name": "a", "cohort": "co", "quota": {"H100": c.one([8, 16])}},
+                  {"name": "b", "cohort": "co", "quota": {"H100": 8}}],
+        "priority_classes": [{"name": "high", "value": 100}],
+        "policy": {"admission": {"least_attained_service": True},
+                   "preemption": {"time_share": c.one(["WithinTeam", "Any"]), "min_runtime": c.one(["0s", "2m", "5m"]),
+                                  "checkpoint_grace": c.one(["0s", "1m"]), "consolidate": c.one([False, True])}},
+        "agents": {"checkpoint_every": c.one(["5m", None]), "checkpoint_delay": "20s", "heartbeat_every": "10s"},
+        "tick": "30s", "until": "240m", "inputs": sorted(inputs, key=lambda i: i["at"]),
+    }, "time-shared cell")

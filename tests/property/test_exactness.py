@@ -20,7 +20,7 @@ from services.core.queue import WaitingGangs
 from services.core.quota import quota_fit
 from services.preemptor.eviction import AfterEviction
 from services.preemptor.victims import candidates
-from tests.property.streams import DataChooser, stream
+from tests.property.streams import DataChooser, stream, time_shared
 
 
 def admissible_after(state, job, victims, ctx) -> bool:
@@ -130,6 +130,13 @@ def _unordered(decisions) -> list[str]:
 @given(st.data())
 def test_admission_by_groups_of_equal_needs_equals_one_gang_at_a_time(data):
     run(stream(DataChooser(data), steps=40), observers=[GroupedAdmissionAgreesWithOneByOne()])
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.data())
+def test_admission_by_groups_equals_one_gang_at_a_time_under_least_attained_service(data):
+    """Groups of equal needs split by band (Job.needs): gangs that yielded wait in a group of their own."""
+    run(time_shared(DataChooser(data)), observers=[GroupedAdmissionAgreesWithOneByOne()])
 
 
 class ToldGroupsAgreeWithEveryMember:

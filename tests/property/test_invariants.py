@@ -7,7 +7,7 @@ from hypothesis import strategies as st
 
 from replay.scenario.play import run
 from tests.property.invariants import Invariants
-from tests.property.streams import DataChooser, stream
+from tests.property.streams import DataChooser, stream, time_shared
 
 SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -16,6 +16,16 @@ SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[Healt
 @given(st.data())
 def test_gpus_gangs_and_quota_hold_after_every_event(data):
     scenario = stream(DataChooser(data), steps=40)
+    _note_inputs(scenario)
+    checks = Invariants()
+    outcome = run(scenario, observers=[checks])
+    assert checks.events == len(outcome.cell.log)
+
+
+@settings(SETTINGS, max_examples=40)
+@given(st.data())
+def test_every_invariant_holds_under_least_attained_service(data):
+    scenario = time_shared(DataChooser(data))
     _note_inputs(scenario)
     checks = Invariants()
     outcome = run(scenario, observers=[checks])

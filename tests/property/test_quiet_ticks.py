@@ -18,7 +18,7 @@ from services.admitter import decide as admitter
 from services.core import quiet
 from services.preemptor import decide as preemptor
 from tests.builders import env, job, node, quota, team
-from tests.property.streams import MINUTE, DataChooser, RandomChooser, stream
+from tests.property.streams import MINUTE, DataChooser, RandomChooser, stream, time_shared
 from tests.property.test_consolidation import fragmented
 
 SCENARIOS_DIR = Path(__file__).resolve().parents[1] / "scenarios"
@@ -178,3 +178,21 @@ def test_a_restated_reason_counts_as_one_unless_capacity_is_held_for_the_gang():
     offset += 1
     assert state.jobs["b"].has_hold
     assert restate("b", Reason.WAITING_FOR_QUEUE_HEAD) == 0
+
+
+@SETTINGS
+@given(st.data())
+def test_least_attained_service_cells_decide_the_same_with_quiet_ticks_skipped(data):
+    """Under Tiresias' order with time-sharing, where a running job reaching its next band is a time the preemptor
+    compares `now` with (Job.next_band_at)."""
+    scenario = time_shared(DataChooser(data))
+    with pytest.MonkeyPatch.context() as patch:
+        assert decisions(lambda: run(scenario), True, patch) == decisions(lambda: run(scenario), False, patch)
+
+
+def test_time_shared_cells_do_time_share():
+    """The cells above move gangs between bands and make them yield (else the properties on them would hold
+    vacuously): time-sharing preemptions in most seeded cells."""
+    shared = [sum(isinstance(e, m.PreemptionRequested) and e.envelope.reason is Reason.TIME_SHARED
+                  for e in run(time_shared(RandomChooser(random.Random(seed)))).cell.log) for seed in range(10)]
+    assert sum(1 for n in shared if n) >= 6, shared
