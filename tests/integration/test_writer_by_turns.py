@@ -47,7 +47,7 @@ def test_the_group_keeps_the_offsets_of_the_last_transaction(kafka_bootstrap, ga
             for record in consumer.poll(100, 1.0):  # one transaction per record, under each id in turn
                 writer.write([clock_tick(5_000 + record.offset)], consumer=consumer, consumed=[record])
                 last = record.offset
-        committed = consumer.committed([TopicPartition(gangway_topics.events, 0)])
+        committed = consumer.raw.committed([TopicPartition(gangway_topics.events, 0)], timeout=30)
     finally:
         consumer.close()
     assert committed[0].offset == last + 1
@@ -74,7 +74,7 @@ def test_offsets_held_back_never_take_the_group_behind_a_transaction(kafka_boots
         deadline = time.monotonic() + 3
         while time.monotonic() < deadline:  # an asynchronous commit lands within a poll or two
             consumer.poll(1, 0.2)
-            committed = consumer.committed(partition)[0].offset
+            committed = consumer.raw.committed(partition, timeout=30)[0].offset
     finally:
         consumer.close()
     assert committed == 3
