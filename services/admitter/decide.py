@@ -13,7 +13,6 @@ the reservation's shadow time (Slurm's EASY backfill; see services/core/placemen
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
 
 from events import models as m
 from events.models import Reason
@@ -37,9 +36,6 @@ from services.core.placement import (
 from services.core.queue import WaitingGangs, least_attained_service, order_key
 from services.core.quiet import compared_until, first_after, first_waiting, is_quiet, remember
 from services.core.quota import quota_fit
-
-if TYPE_CHECKING:  # the knobs are a value the caller passes in
-    from services.admitter.policy import AdmissionPolicy
 
 #: Events after which queued work may fit: capacity or quota came free, or time passed. An interruption frees
 #: capacity, but recovery requeues (or fails) the gang in the same batch: the cycle runs then, when the gang is
@@ -109,23 +105,24 @@ def tick_cycle(state: CellState, ctx: Context) -> list[m.Decision]:
     if is_quiet(state, "admitter", ctx, count):
         return []
     compared: list[int] = []
-    decisions = admission_cycle(state, ctx, refresh=True, compared=compared)
+    waits: list[int] = []
+    decisions = admission_cycle(state, ctx, refresh=True, compared=compared, waits=waits)
     restated_only = all(type(d) is m.JobQueued and not d.reserved_nodes for d in decisions)
-    remember(state, "admitter", ctx,
-             quiet_until(state, ctx.policy.admission, ctx.now, compared) if restated_only else None, count,
+    remember(state, "admitter", ctx, quiet_until(state, ctx.now, compared, waits) if restated_only else None, count,
              restating=len(decisions))
     return decisions
 
 
-def quiet_until(state: CellState, policy: AdmissionPolicy, now: int, compared: Sequence[int]) -> int:
+def quiet_until(state: CellState, now: int, compared: Sequence[int], waits: Sequence[int]) -> int:
     """The earliest time after `now` at which a cycle on this state could take another branch than the one just
     run. Such a cycle compares `now` with times of the state (when holds run out, when backing-off gangs come
-    back, when waiting gangs have waited long enough for a reservation) and with the times it `compared` (the
-    shadow times of reservations, the heads' expected starts, the next release of each GPU type it looked at),
-    and `now` plus a waiting gang's time limit with the latter. A comparison with a time changes its outcome only
-    where `now` reaches it or one past it; one with a time less a limit, one past that."""
+    back), with the times at which the gangs it asked about a reservation will have waited long enough for one
+    (`waits`: a gang it did not ask about is not asked on the same path either), and with the times it `compared`
+    (the shadow times of reservations, the heads' expected starts, the next release of each GPU type it looked
+    at), and `now` plus a waiting gang's time limit with the latter. A comparison with a time changes its outcome
+    only where `now` reaches it or one past it; one with a time less a limit, one past that."""
     moments = [state.jobs[j].hold_until for j in state.holds]
-    return min(first_after(moments, now), first_waiting(state, policy.reservation_after_ms, now),
+    return min(first_after(moments, now), first_waiting(state, None, now), first_after(waits, now),
                compared_until(state, compared, now))
 
 
@@ -238,12 +235,13 @@ def resubmission_changes(state: CellState, job: Job, e: m.JobSubmitted) -> list[
 
 
 def admission_cycle(state: CellState, ctx: Context, only: Job | None = None, refresh: bool = True,
-                    compared: list[int] | None = None) -> list[m.Decision]:
+                    compared: list[int] | None = None, waits: list[int] | None = None) -> list[m.Decision]:
     """Admits what fits, in queue order. `only` tries one newcomer; without `refresh`, gangs bigger
     than the free GPUs of their type are skipped without restating why they wait (a Tick does). A full cycle
     first releases the holds that have run out; a gang with capacity held for it may use that capacity, and
     no lower-ranked work is admitted if it would delay the expected start of a head (services/core/heads.py).
-    `compared` receives the times besides those of waiting gangs and holds that the cycle compared `now` with."""
+    `compared` receives the times besides those of waiting gangs and holds that the cycle compared `now` with;
+    `waits`, when each gang asked about a reservation too early will have waited long enough for one."""
     policy = ctx.policy.admission
     now = ctx.now
     quiet = not refresh and only is None and policy.backfill
@@ -328,8 +326,12 @@ def admission_cycle(state: CellState, ctx: Context, only: Job | None = None, ref
 
     def may_reserve(job: Job) -> bool:
         """Whether a blocked gang may hold nodes, if there are nodes to drain for it."""
-        waited = now - max(job.submitted_at, job.not_before)
-        return (waited >= policy.reservation_after_ms and len(reservations) < policy.max_reservations
+        since = max(job.submitted_at, job.not_before)
+        if now - since < policy.reservation_after_ms:
+            if waits is not None:
+                waits.append(since + policy.reservation_after_ms)
+            return False
+        return (len(reservations) < policy.max_reservations
                 and may_drain(state, job, policy.max_drain_share) and _first_of_kind(state, job, reservations, now))
 
     def reserve(job: Job) -> bool:

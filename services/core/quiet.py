@@ -43,10 +43,11 @@ def first_after(moments: Iterable[int], now: int) -> int:
     return min([moment if moment > now else now + 1 for moment in moments if moment >= now], default=NEVER)
 
 
-def first_waiting(state: CellState, wait_ms: int, now: int) -> int:
+def first_waiting(state: CellState, wait_ms: int | None, now: int) -> int:
     """`first_after` the times not yet past at which a waiting gang comes back from backing off, or has waited
-    `wait_ms` (from its submission or its return, whichever is later), computed in one pass over the queue; a time
-    past NEVER counts as NEVER (both lie beyond every time a cell holds, so a quiet Tick compares them alike)."""
+    `wait_ms` (from its submission or its return, whichever is later; None: only the returns), computed in one
+    pass over the queue; a time past NEVER counts as NEVER (both lie beyond every time a cell holds, so a quiet
+    Tick compares them alike)."""
     first, soon = NEVER, now + 1
     for job in map(state.jobs.__getitem__, state.queued):
         back = job.not_before
@@ -54,6 +55,8 @@ def first_waiting(state: CellState, wait_ms: int, now: int) -> int:
             at = back if back > now else soon
             if at < first:
                 first = at
+        if wait_ms is None:
+            continue
         waited = (job.submitted_at if job.submitted_at > back else back) + wait_ms
         if waited >= now:
             at = waited if waited > now else soon

@@ -101,18 +101,19 @@ def test_the_comparisons_are_not_empty(monkeypatch):
 
 
 @settings(max_examples=300, deadline=None)
-@given(st.lists(st.tuples(st.integers(0, 200), st.integers(0, 200)), max_size=8), st.integers(0, 120),
+@given(st.lists(st.tuples(st.integers(0, 200), st.integers(0, 200)), max_size=8), st.none() | st.integers(0, 120),
        st.integers(0, 200))
 def test_the_first_waiting_moment_is_the_first_after_now_of_every_gangs_moments(gangs, wait, now):
     """`quiet.first_waiting` in one pass equals `first_after` over each waiting gang's return from backing off and
-    the end of its wait, both counted only when not yet past (moments at `now` included)."""
+    the end of its wait (no wait: the returns alone), both counted only when not yet past (moments at `now`
+    included)."""
     jobs = {f"j{i}": _Waiting(submitted, back) for i, (submitted, back) in enumerate(gangs)}
     state = _Queue(jobs, sorted(jobs))
     moments = []
     for gang in jobs.values():
         moments += [gang.not_before] if gang.not_before >= now else []
-        waited = max(gang.submitted_at, gang.not_before) + wait
-        moments += [waited] if waited >= now else []
+        waited = None if wait is None else max(gang.submitted_at, gang.not_before) + wait
+        moments += [waited] if waited is not None and waited >= now else []
     assert quiet.first_waiting(state, wait, now) == quiet.first_after(moments, now)
 
 
