@@ -22,6 +22,7 @@ from confluent_kafka.admin import AdminClient  # noqa: E402
 from events.auth import client_config
 from events.broker import LocalKafka, find_free_base_port, quiet_logger  # noqa: E402
 from events.topics import ensure_topics, topic_names  # noqa: E402
+from tests.conftest import use_admin_of  # noqa: E402
 from tests.integration.chaos import Chaos, run  # noqa: E402
 
 
@@ -40,6 +41,7 @@ def main() -> int:
         kafka = LocalKafka(data_dir=Path(tmp) / "kafka", nodes=args.brokers, port=find_free_base_port(2 * args.brokers))
         bootstrap = kafka.start(timeout=150)
         try:
+            use_admin_of(kafka)  # SASL and ACLs are on: every client here is the broker's admin, as in the tests
             admin = AdminClient({**client_config(bootstrap), "logger": quiet_logger()})
             ensure_topics(admin, ["cell-a"], kafka.replication_factor, prefix=prefix)
             began = time.monotonic()
