@@ -25,6 +25,10 @@ from events.topics import TopicNames, cell_partition, cells_from_env, topic_name
 log = logging.getLogger(__name__)
 
 
+#: How long a read to the end waits in one poll before it asks again whether its position reached the end.
+READ_WAIT_S = 0.05
+
+
 def default_bootstrap() -> str:
     return os.environ.get("KAFKA_BOOTSTRAP_SERVERS", "127.0.0.1:9092")
 
@@ -93,7 +97,9 @@ class LogReader:
             ends = {cell: min(end, to + 1) for cell, end in ends.items()}
         done = {cell for cell, end in ends.items() if self.position(cell) >= end}
         while len(done) < len(self.cells):
-            for record in self.follow(0.5):
+            # Briefly: a log ends with its last transaction's commit marker, which no poll returns, so the poll
+            # after the last record would wait its whole timeout although the position passed the marker at once.
+            for record in self.follow(READ_WAIT_S):
                 cell = self.cell_of(record)
                 if cell in done:
                     continue

@@ -2,6 +2,7 @@
 
     python tests/benchmarks/bench_replay.py [--trace PATH] [--log FILE] [--runs N] [--against DIR] [--profile]
     python tests/benchmarks/bench_replay.py --cell CELL [--runs N]
+    python tests/benchmarks/bench_replay.py --live-from FILE [--records N] [--batch B] [--runs N]
 
 Makes a cell log by simulating an ITP trace (default cluster02 at 1.2x its demand: ~190,000 events; the sim's
 own log, exactly what a cell on Kafka would hold for it), exports it, then times each step an audit takes:
@@ -92,10 +93,18 @@ def main() -> None:
     parser.add_argument("--against", type=Path, metavar="DIR", help="another checkout to time side by side")
     parser.add_argument("--cell", metavar="CELL", help="also read this live cell from Kafka (its broker and topic "
                         "prefix from $KAFKA_BOOTSTRAP_SERVERS and $GANGWAY_TOPIC_PREFIX), against its exported log")
+    parser.add_argument("--live-from", type=Path, metavar="FILE", help="start a local broker, write the first "
+                        "--records records of this exported log onto its cell as the admin, --batch records to a "
+                        "signed transaction, then time reading it live against reading the same records from a file")
+    parser.add_argument("--records", type=int, default=60_000)
+    parser.add_argument("--batch", type=int, default=3, help="records per transaction (the demo's average is 2.7)")
     parser.add_argument("--profile", action="store_true")
     args = parser.parse_args()
     if args.cell:
         live_against_file(args.cell, args.runs)
+        return
+    if args.live_from:
+        live_from_file(args.live_from, args.records, args.batch, args.runs, args.profile)
         return
     with tempfile.TemporaryDirectory() as folder:
         path = args.log
@@ -140,6 +149,55 @@ def live_against_file(cell: str, runs: int) -> None:
     for label, seconds in times.items():
         median = statistics.median(seconds)
         print(f"{label:42} {n:>9,} events in {median:6.2f} s = {n / median:>9,.0f} events/s (median of {runs})")
+
+
+def live_from_file(source: Path, n: int, batch: int, runs: int, profile: bool) -> None:
+    """A cell's log of a known size and batching on a broker of its own: read live (fetched, every batch's signature
+    checked, decoded) and from a file of the same records, alternating, in process; medians of `runs`."""
+    import os
+
+    from events import signing
+    from events.auth import admin_client
+    from events.broker import LocalKafka, find_free_base_port
+    from events.log import EventProducer
+    from events.topics import ensure_topics, topic_names
+    from tests.conftest import use_admin_of
+
+    records = read_log_file(source).records[:n]
+    cell = records[0][1].envelope.cell
+    os.environ["GANGWAY_CELLS"] = cell
+    with tempfile.TemporaryDirectory() as folder:
+        kafka = LocalKafka(data_dir=Path(folder) / "kafka", nodes=1, port=find_free_base_port(2))
+        bootstrap = kafka.start(timeout=150)
+        try:
+            use_admin_of(kafka)
+            ensure_topics(admin_client(bootstrap), [cell], 1)
+            writer = EventProducer(bootstrap, "bench-replay-fill", topic_names(), [cell], by_turns=True)
+            events = [event for _, event in records]
+            started = time.perf_counter()
+            for i in range(0, len(events), batch):
+                writer.write(events[i:i + batch])
+            print(f"wrote {len(events):,} records of {source.name} onto cell {cell}, {batch} to a transaction, "
+                  f"in {time.perf_counter() - started:.0f} s")
+            path = Path(folder) / "cell.avro"
+            write_log_file(path, cell, records, f"the first {len(records):,} records of {source.name}")
+            times: dict[str, list[float]] = {}
+            with rare_collections():
+                for _ in range(runs):
+                    for label, read in (("live", lambda: read_cell(cell, bootstrap)), ("file", lambda: read_file(path))):
+                        signing._signed_here.clear()  # as a reader in another process: every signature is checked
+                        start = time.perf_counter()
+                        count = len(read().records)
+                        times.setdefault(label, []).append(time.perf_counter() - start)
+                for label, seconds in times.items():
+                    median = statistics.median(seconds)
+                    print(f"read {label:5} {count:>9,} events in {median:6.2f} s = {count / median:>9,.0f} events/s "
+                          f"(median of {runs}: {', '.join(f'{s:.2f}' for s in seconds)})")
+                if profile:
+                    signing._signed_here.clear()
+                    timed("read live (profiled)", count, lambda: read_cell(cell, bootstrap), True)
+        finally:
+            kafka.stop()
 
 
 def in_process(path: Path, n: int, profile: bool) -> None:
