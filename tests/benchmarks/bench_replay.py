@@ -153,7 +153,8 @@ def live_against_file(cell: str, runs: int) -> None:
 
 def live_from_file(source: Path, n: int, batch: int, runs: int, profile: bool) -> None:
     """A cell's log of a known size and batching on a broker of its own: read live (fetched, every batch's signature
-    checked, decoded) and from a file of the same records, alternating, in process; medians of `runs`."""
+    checked, decoded) and from a file of the same records, alternating, in process; then `gangway replay state`
+    both ways as a process. Medians of `runs`."""
     import os
 
     from events import signing
@@ -196,6 +197,19 @@ def live_from_file(source: Path, n: int, batch: int, runs: int, profile: bool) -
                 if profile:
                     signing._signed_here.clear()
                     timed("read live (profiled)", count, lambda: read_cell(cell, bootstrap), True)
+            last = str(records[-1][0])
+            for _ in range(runs):  # then `replay state` as a user runs it, from start to exit, both ways
+                for label, where in (("live", ["--cell", cell, "--bootstrap-servers", bootstrap]),
+                                     ("file", ["--log", str(path)])):
+                    start = time.perf_counter()
+                    subprocess.run([sys.executable, "-m", "replay.cli", "replay", "state", "--at", last, *where],
+                                   cwd=ROOT, check=True, stdout=subprocess.DEVNULL)
+                    times.setdefault(f"process {label}", []).append(time.perf_counter() - start)
+            for label in ("process live", "process file"):
+                median = statistics.median(times[label])
+                print(f"gangway replay state, {label:12} {count:>9,} events in {median:6.2f} s = "
+                      f"{count / median:>9,.0f} events/s (median of {runs}: "
+                      f"{', '.join(f'{s:.2f}' for s in times[label])})")
         finally:
             kafka.stop()
 
