@@ -122,39 +122,18 @@ def main() -> None:
 
 
 def live_against_file(cell: str, runs: int) -> None:
-    """A live cell's log read from Kafka (records fetched, signatures checked, decoded) and the same log read from
-    its export, alternating, in process; then `replay state` as a process both ways. Medians of `runs`."""
+    """A live cell's log against its export (`read_both_ways`)."""
     bootstrap = default_bootstrap()
     with tempfile.TemporaryDirectory() as folder:
         path = Path(folder) / "cell.avro"
         subprocess.run([sys.executable, "-m", "replay.cli", "log", "export", "--cell", cell, "--out", str(path),
                         "--bootstrap-servers", bootstrap], cwd=ROOT, check=True, stdout=subprocess.DEVNULL)
-        times: dict[str, list[float]] = {}
-        n = 0
-        with rare_collections():
-            for _ in range(runs):
-                for label, read in (("live (--cell)", lambda: read_cell(cell, bootstrap)),
-                                    ("exported (--log)", lambda: read_file(path))):
-                    start = time.perf_counter()
-                    n = len(read().records)
-                    times.setdefault(f"read {label}", []).append(time.perf_counter() - start)
-        last = str(read_file(path).last_offset)
-        for _ in range(runs):
-            for label, source in (("live (--cell)", ["--cell", cell, "--bootstrap-servers", bootstrap]),
-                                  ("exported (--log)", ["--log", str(path)])):
-                start = time.perf_counter()
-                subprocess.run([sys.executable, "-m", "replay.cli", "replay", "state", "--at", last, *source],
-                               cwd=ROOT, check=True, stdout=subprocess.DEVNULL)
-                times.setdefault(f"gangway replay state {label}", []).append(time.perf_counter() - start)
-    for label, seconds in times.items():
-        median = statistics.median(seconds)
-        print(f"{label:42} {n:>9,} events in {median:6.2f} s = {n / median:>9,.0f} events/s (median of {runs})")
+        read_both_ways(cell, bootstrap, path, runs)
 
 
 def live_from_file(source: Path, n: int, batch: int, runs: int, profile: bool) -> None:
-    """A cell's log of a known size and batching on a broker of its own: read live (fetched, every batch's signature
-    checked, decoded) and from a file of the same records, alternating, in process; then `gangway replay state`
-    both ways as a process. Medians of `runs`."""
+    """A cell's log of a known size and batching on a broker of its own, against a file of the same records
+    (`read_both_ways`)."""
     import os
 
     from events import signing
@@ -182,36 +161,43 @@ def live_from_file(source: Path, n: int, batch: int, runs: int, profile: bool) -
                   f"in {time.perf_counter() - started:.0f} s")
             path = Path(folder) / "cell.avro"
             write_log_file(path, cell, records, f"the first {len(records):,} records of {source.name}")
-            times: dict[str, list[float]] = {}
-            with rare_collections():
-                for _ in range(runs):
-                    for label, read in (("live", lambda: read_cell(cell, bootstrap)), ("file", lambda: read_file(path))):
-                        signing._signed_here.clear()  # as a reader in another process: every signature is checked
-                        start = time.perf_counter()
-                        count = len(read().records)
-                        times.setdefault(label, []).append(time.perf_counter() - start)
-                for label, seconds in times.items():
-                    median = statistics.median(seconds)
-                    print(f"read {label:5} {count:>9,} events in {median:6.2f} s = {count / median:>9,.0f} events/s "
-                          f"(median of {runs}: {', '.join(f'{s:.2f}' for s in seconds)})")
-                if profile:
-                    signing._signed_here.clear()
-                    timed("read live (profiled)", count, lambda: read_cell(cell, bootstrap), True)
-            last = str(records[-1][0])
-            for _ in range(runs):  # then `replay state` as a user runs it, from start to exit, both ways
-                for label, where in (("live", ["--cell", cell, "--bootstrap-servers", bootstrap]),
-                                     ("file", ["--log", str(path)])):
-                    start = time.perf_counter()
-                    subprocess.run([sys.executable, "-m", "replay.cli", "replay", "state", "--at", last, *where],
-                                   cwd=ROOT, check=True, stdout=subprocess.DEVNULL)
-                    times.setdefault(f"process {label}", []).append(time.perf_counter() - start)
-            for label in ("process live", "process file"):
-                median = statistics.median(times[label])
-                print(f"gangway replay state, {label:12} {count:>9,} events in {median:6.2f} s = "
-                      f"{count / median:>9,.0f} events/s (median of {runs}: "
-                      f"{', '.join(f'{s:.2f}' for s in times[label])})")
+            read_both_ways(cell, bootstrap, path, runs)
+            if profile:
+                signing._signed_here.clear()
+                with rare_collections():
+                    timed("read live (profiled)", len(records), lambda: read_cell(cell, bootstrap), True)
         finally:
             kafka.stop()
+
+
+def read_both_ways(cell: str, bootstrap: str, path: Path, runs: int) -> None:
+    """The cell's log read live (records fetched, every batch's signature checked, decoded) and the same records
+    read from `path`, alternating, in process; then `gangway replay state` both ways as a process, start to exit.
+    Medians of `runs`."""
+    from events import signing
+
+    times: dict[str, list[float]] = {}
+    n = 0
+    with rare_collections():
+        for _ in range(runs):
+            for label, read in (("live (--cell)", lambda: read_cell(cell, bootstrap)),
+                                ("exported (--log)", lambda: read_file(path))):
+                signing._signed_here.clear()  # as a reader in another process: every signature is checked
+                start = time.perf_counter()
+                n = len(read().records)
+                times.setdefault(f"read {label}", []).append(time.perf_counter() - start)
+    last = str(read_file(path).last_offset)
+    for _ in range(runs):
+        for label, source in (("live (--cell)", ["--cell", cell, "--bootstrap-servers", bootstrap]),
+                              ("exported (--log)", ["--log", str(path)])):
+            start = time.perf_counter()
+            subprocess.run([sys.executable, "-m", "replay.cli", "replay", "state", "--at", last, *source],
+                           cwd=ROOT, check=True, stdout=subprocess.DEVNULL)
+            times.setdefault(f"gangway replay state {label}", []).append(time.perf_counter() - start)
+    for label, seconds in times.items():
+        median = statistics.median(seconds)
+        print(f"{label:42} {n:>9,} events in {median:6.2f} s = {n / median:>9,.0f} events/s "
+              f"(median of {runs}: {', '.join(f'{s:.2f}' for s in seconds)})")
 
 
 def in_process(path: Path, n: int, profile: bool) -> None:
