@@ -11,7 +11,9 @@ based earlier that land later, and the policy: what replay needs to reproduce it
 How the overlay is laid does not change a decision, only its cost. A replica that owns its state keeps the
 overlay laid between records (`persistent`): a record that commutes with the decisions in flight is folded
 on top of them, the oldest of them landing stays folded, and only a record that touches their rows lifts the
-overlay first. Replicas sharing one state (the in-memory cell) lay and lift it around each decision instead.
+overlay first. It is laid only when a decision is to be made while decisions are in flight, and dropped once the
+last of them has landed: a decision that lands before the replica decides again is simply folded where it lands.
+Replicas sharing one state (the in-memory cell) lay and lift it around each decision instead.
 `settle()` lifts it, leaving the state exactly the log folded in order (what a store saves).
 """
 
@@ -72,6 +74,8 @@ class Replica:
             own = self._own(event)
             if own and overlay.oldest() is self.assumed.get(event.envelope.event_id):
                 overlay.land(overlay.oldest(), offset)  # already folded, exactly as the log has it
+                if not overlay.laid:
+                    self._overlay = None  # the next decision in flight is laid only when a decision needs it
                 return self.answer(offset, event)
             if own or not overlay.commutes(event):
                 self.settle()
@@ -141,11 +145,9 @@ class Replica:
 
     def _remember(self, decisions: list[m.Decision]) -> list[m.Decision]:
         """The decisions are in flight now; a persistent overlay takes them on top of the ones before."""
-        if self.persistent and self._overlay is None:
-            self._overlay = lay(self.state, self.assumed.values())
         for decision in decisions:
             self.assumed[decision.envelope.event_id] = decision
-            if self.persistent:
+            if self._overlay is not None:
                 self._overlay.add(decision)
         return decisions
 
