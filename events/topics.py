@@ -210,19 +210,20 @@ def describe_topics(admin: AdminClient, specs: Sequence[TopicSpec], timeout: flo
     from confluent_kafka import KafkaError, KafkaException
     from confluent_kafka.admin import ConfigResource, ResourceType
 
-    topics = admin.list_topics(timeout=timeout).topics
     resources = [ConfigResource(ResourceType.TOPIC, s.name) for s in specs]
     deadline = time.monotonic() + timeout
     while True:
+        # Just after creation, the broker asked may not have the topics' metadata yet (seen on 3 nodes).
+        topics = admin.list_topics(timeout=timeout).topics
         try:
             configs = {res.name: future.result(timeout=timeout)
                        for res, future in admin.describe_configs(resources, request_timeout=timeout).items()}
-            break
+            if all(s.name in topics for s in specs) or time.monotonic() > deadline:
+                break
         except KafkaException as exc:
-            # Just after creation, the broker asked may not have the topic's metadata yet (seen on 3 nodes).
             if exc.args[0].code() != KafkaError.UNKNOWN_TOPIC_OR_PART or time.monotonic() > deadline:
                 raise
-            time.sleep(0.2)
+        time.sleep(0.2)
     states = []
     for spec in specs:
         partitions = topics[spec.name].partitions
