@@ -489,6 +489,7 @@ class EventConsumer:
             messages = [] if first is None else [first, *self._consumer.consume(max_records - 1, 0)]
         began = time.perf_counter()
         met = None
+        signed = []  # the records whose signature says whether and how they are taken
         for message in messages:
             if message.error() is not None:
                 if message.error().code() == KafkaError._PARTITION_EOF:
@@ -503,9 +504,12 @@ class EventConsumer:
             except UndecodableEvent as undecodable:
                 event, error = None, undecodable
             if event is not None and topic in self._signed:
-                event, error = self._vouch(topic, message.partition(), value, headers, event)
-            records.append(LogRecord(topic, message.partition(), message.offset(), message.key(), value, event, error,
-                                     message.timestamp()[1], headers))
+                signed.append(len(records))
+            records.append([topic, message.partition(), message.offset(), message.key(), value, event, error,
+                            message.timestamp()[1], headers])
+        if signed:
+            self._vouch(records, signed)
+        records = [LogRecord(*fields) for fields in records]
         self.decode_seconds += time.perf_counter() - began
         if met is not None:
             if not records:
@@ -513,23 +517,28 @@ class EventConsumer:
             self._met = met
         return records
 
-    def _vouch(self, topic: str, partition: int, value: bytes, headers: Headers,
-               event: Event) -> tuple[Event | None, Exception | None]:
-        """The event as its signature vouches for it: on the cell's log marked unverified when its signer may
-        not write it (the fold refuses it); a heartbeat so signed is dropped (it is side input, never folded). A
-        reader without the writers' keys stops at the first signed record rather than fold it unchecked."""
+    def _vouch(self, records: list[list], signed: Sequence[int]) -> None:
+        """Sets the event of each record `signed` names (LogRecord's fields, in a list) as its signature vouches for
+        it: on the cell's log marked unverified when its signer may not write it (the fold refuses it); a heartbeat
+        so signed is dropped (it is side input, never folded). A reader without the writers' keys stops at the first
+        signed record rather than fold it unchecked. The signatures of a whole poll are checked together, newest
+        first (Verifier.signers_of)."""
         if self.verifier is None:
-            if any(name == SIGNER for name, _ in headers):
-                raise AuthError(f"the records of {topic} are signed, and this reader has no writers' keys to check "
-                                f"them with: set {WRITER_KEYS_ENV} to the {WRITER_KEYS_FILE} beside the broker's "
-                                f"principal store")
-            return event, None
-        who = self.verifier.signer_of(topic, partition, value, headers)
-        if topic == self._signed[0]:
-            return vouched(event, who), None
-        if may_write(who, event):
-            return event, None
-        return None, Unvouched(f"a heartbeat {'signed by ' + who if who else 'not signed'}: not the intake's")
+            for topic, *_, headers in (records[i] for i in signed):
+                if any(name == SIGNER for name, _ in headers):
+                    raise AuthError(f"the records of {topic} are signed, and this reader has no writers' keys to "
+                                    f"check them with: set {WRITER_KEYS_ENV} to the {WRITER_KEYS_FILE} beside the "
+                                    f"broker's principal store")
+            return
+        signers = self.verifier.signers_of([(topic, partition, value, headers) for topic, partition, _, _, value, *_,
+                                            headers in (records[i] for i in signed)])
+        for i, who in zip(signed, signers):
+            fields = records[i]
+            if fields[0] == self._signed[0]:
+                fields[5] = vouched(fields[5], who)
+            elif not may_write(who, fields[5]):
+                fields[5], fields[6] = None, Unvouched(
+                    f"a heartbeat {'signed by ' + who if who else 'not signed'}: not the intake's")
 
     def next_offsets(self, consumed: Sequence[LogRecord]) -> list[TopicPartition]:
         """The offsets to commit after `consumed`: last offset + 1 per partition (computed, never position())."""

@@ -6,7 +6,13 @@ only a claim (events/auth.py). Each writer of the log (the four deciders, the cl
 holds an Ed25519 key (PyNaCl: libsodium) in the principal store. A transaction signs, per partition it writes,
 one Merkle root over the SHA-256 of its records' values; each record carries the signature, the batch and its
 path to the root (headers `gw-signer`, `gw-batch`, `gw-sig`, `gw-path`), so a reader starting anywhere in the
-log checks any record alone, and pays one signature check per batch (the roots it has checked are remembered).
+log checks any record alone, and pays one signature check per batch (the batches it has checked are remembered).
+
+A writer also chains its batches: each signs, besides its root, the digest of the message its writer signed last
+on the same partition with the same key (header `gw-prev`). A reader that has checked a batch therefore knows
+the batch before it authentic without checking its signature; reading a run of records newest first
+(`Verifier.signers_of`), a run of a writer's batches costs one signature check. A link to a batch no reader sees
+(an aborted transaction) or no link (a writer's first batch since it started) costs only that batch's own check.
 
 A record its claimed writer did not sign (unsigned, another writer's key, a value changed after signing) is
 marked `origin = "unverified/<signer>"`: the fold refuses it as NOT_ITS_WRITER (projections/validate.py), on
@@ -27,12 +33,14 @@ from functools import lru_cache
 
 from events.models import UNVERIFIED, Event, Tick
 
-SIGNER, BATCH, SIGNATURE, PATH = "gw-signer", "gw-batch", "gw-sig", "gw-path"
-SIGNATURE_HEADERS = (SIGNER, BATCH, SIGNATURE, PATH)
+SIGNER, BATCH, SIGNATURE, PATH, PREVIOUS = "gw-signer", "gw-batch", "gw-sig", "gw-path", "gw-prev"
+#: The headers every signed record carries; a chained one also carries PREVIOUS.
+REQUIRED_HEADERS = (SIGNER, BATCH, SIGNATURE, PATH)
+SIGNATURE_HEADERS = (*REQUIRED_HEADERS, PREVIOUS)
 ADMIN = "admin"
 INTAKE = "intake"
 CLOCK = "clock"
-#: How many checked roots a reader remembers (a batch's later records then cost hashes, not a signature check).
+#: How many authentic batches a reader remembers (a batch's other records then cost hashes, not a signature check).
 REMEMBERED_ROOTS = 4096
 _DIGEST = 32
 
@@ -52,8 +60,17 @@ def _node(left: bytes, right: bytes) -> bytes:
     return hashlib.sha256(b"\x01" + left + right).digest()
 
 
-def _message(signer: str, batch: bytes, topic: str, partition: int, count: int, root: bytes) -> bytes:
-    return b"gangway-log-sig/1\x00" + f"{signer}\x00{topic}\x00{partition}\x00{count}\x00".encode() + batch + root
+def _message(signer: str, batch: bytes, topic: str, partition: int, count: int, root: bytes,
+             previous: bytes | None) -> bytes:
+    """What a batch's signature signs: version 2 when it chains to its writer's previous message, else version 1."""
+    fields = f"{signer}\x00{topic}\x00{partition}\x00{count}\x00".encode() + batch + root
+    if previous is None:
+        return b"gangway-log-sig/1\x00" + fields
+    return b"gangway-log-sig/2\x00" + fields + previous
+
+
+def _digest(message: bytes) -> bytes:
+    return hashlib.sha256(message).digest()
 
 
 def _levels(leaves: list[bytes]) -> list[list[bytes]]:
@@ -97,18 +114,26 @@ class Signer:
         levels = _levels([_leaf(v) for v in values])
         count = len(values)
         key = _private_key(self.seed)
-        signature = key.sign(_message(self.name, batch, topic, partition, count, levels[-1][0])).signature
-        _signed_here[(self.name, batch, topic, partition, count, levels[-1][0], signature)] = bytes(key.verify_key)
+        chain = (self.name, self.seed, topic, partition)
+        previous = _last_signed.get(chain)
+        message = _message(self.name, batch, topic, partition, count, levels[-1][0], previous)
+        signature = key.sign(message).signature
+        _last_signed[chain] = digest = _digest(message)
+        _signed_here[digest] = (bytes(key.verify_key), signature)
         if len(_signed_here) > REMEMBERED_ROOTS:
             _signed_here.popitem(last=False)
         name = self.name.encode()
+        linked = [(PREVIOUS, previous)] if previous is not None else []
         return [[(SIGNER, name), (BATCH, batch), (SIGNATURE, signature),
-                 (PATH, struct.pack(">II", i, count) + _siblings(levels, i))] for i in range(count)]
+                 (PATH, struct.pack(">II", i, count) + _siblings(levels, i)), *linked] for i in range(count)]
 
 
-#: The roots this process signed, with the public key of the key that signed each: a reader reading back what its
-#: own process wrote (a service its decisions) takes them without checking the signature again.
-_signed_here: OrderedDict[tuple, bytes] = OrderedDict()
+#: The digests of the messages this process signed, with the public key that signed each and the signature: a
+#: reader reading back what its own process wrote (a service its decisions) takes them without checking again.
+_signed_here: OrderedDict[bytes, tuple[bytes, bytes]] = OrderedDict()
+#: Per writer, key, topic and partition, the digest of the message this process signed last: the next one's link.
+#: Keyed by the key too, so a batch never links to one signed in the same name with another key.
+_last_signed: dict[tuple[str, bytes, str, int], bytes] = {}
 
 
 @lru_cache(maxsize=16)
@@ -130,14 +155,14 @@ def _siblings(levels: list[list[bytes]], index: int) -> bytes:
 
 
 class Verifier:
-    """Checks records' signatures against the writers' public keys; remembers the roots it has checked."""
+    """Checks records' signatures against the writers' public keys; remembers the batches it knows authentic."""
 
     def __init__(self, public_keys: Mapping[str, bytes]) -> None:
         from nacl.signing import VerifyKey
 
         self._public = dict(public_keys)
         self._keys = {name: VerifyKey(key) for name, key in public_keys.items()}
-        self._checked: OrderedDict[tuple, None] = OrderedDict()
+        self._authentic: OrderedDict[bytes, None] = OrderedDict()  # digests of messages checked or chained to
 
     @property
     def writers(self) -> list[str]:
@@ -145,18 +170,28 @@ class Verifier:
 
     def signer_of(self, topic: str, partition: int, value: bytes | None, headers: Headers) -> str | None:
         """The writer whose valid signature the record carries, or None."""
-        from nacl.exceptions import BadSignatureError
+        return self.signers_of([(topic, partition, value, headers)])[0]
 
+    def signers_of(self, records: Sequence[tuple[str, int, bytes | None, Headers]]) -> list[str | None]:
+        """`signer_of` each of (topic, partition, value, headers), in log order. They are checked newest first, so
+        a batch found authentic vouches for the one its writer chained before it, and a run of a writer's batches
+        costs one signature check."""
+        out: list[str | None] = [None] * len(records)
+        for i in range(len(records) - 1, -1, -1):
+            out[i] = self._signer(*records[i])
+        return out
+
+    def _signer(self, topic: str, partition: int, value: bytes | None, headers: Headers) -> str | None:
         found: dict[str, bytes] = {}
         for name, raw in headers:
             if name in SIGNATURE_HEADERS:
                 if name in found:
                     return None  # two signatures: neither is taken
                 found[name] = raw if isinstance(raw, bytes) else str(raw).encode()
-        if len(found) < len(SIGNATURE_HEADERS) or value is None:
+        if value is None or any(name not in found for name in REQUIRED_HEADERS):
             return None
-        path = found[PATH]
-        if len(path) < 8:
+        path, previous = found[PATH], found.get(PREVIOUS)
+        if len(path) < 8 or previous is not None and len(previous) != _DIGEST:
             return None
         index, count = struct.unpack(">II", path[:8])
         if not index < count:
@@ -169,20 +204,33 @@ class Verifier:
         root = _root(_leaf(value), index, count, path[8:])
         if key is None or root is None:
             return None
-        checked = (signer, found[BATCH], topic, partition, count, root, found[SIGNATURE])
-        if checked in self._checked:
-            self._checked.move_to_end(checked)
-            return signer
-        if _signed_here.get(checked) == self._public[signer]:
-            return signer  # this process signed that root with the writer's own key: no need to check it again
-        try:
-            key.verify(_message(signer, found[BATCH], topic, partition, count, root), found[SIGNATURE])
-        except (BadSignatureError, ValueError, TypeError):  # a wrong signature, or not 64 bytes of one
-            return None
-        self._checked[checked] = None
-        if len(self._checked) > REMEMBERED_ROOTS:
-            self._checked.popitem(last=False)
+        message = _message(signer, found[BATCH], topic, partition, count, root, previous)
+        digest = _digest(message)
+        if digest in self._authentic:
+            self._authentic.move_to_end(digest)
+        elif _signed_here.get(digest) != (self._public[signer], found[SIGNATURE]):  # not signed here with its key
+            if not self._checks(key, message, found[SIGNATURE]):
+                return None
+            self._remember(digest)
+        if previous is not None:
+            self._remember(previous)  # signed by the writer within an authentic message: authentic too
         return signer
+
+    @staticmethod
+    def _checks(key, message: bytes, signature: bytes) -> bool:
+        from nacl.exceptions import BadSignatureError
+
+        try:
+            key.verify(message, signature)
+        except (BadSignatureError, ValueError, TypeError):  # a wrong signature, or not 64 bytes of one
+            return False
+        return True
+
+    def _remember(self, digest: bytes) -> None:
+        self._authentic[digest] = None
+        self._authentic.move_to_end(digest)
+        if len(self._authentic) > REMEMBERED_ROOTS:
+            self._authentic.popitem(last=False)
 
 
 def may_write(signer: str | None, event: Event) -> bool:

@@ -3,9 +3,12 @@ writer that may write it; anything else is marked unverified, and the fold refus
 
 from __future__ import annotations
 
+from collections import OrderedDict
+
 import pytest
 
 from events import models as m
+from events import signing
 from events.auth import AuthError, signer, writer_keys
 from events.signing import Signer, Verifier, may_write, public_key, vouched
 from projections.cell import CellState
@@ -64,6 +67,95 @@ def test_garbage_headers_are_not_vouched_for() -> None:
                       ("gw-signer", b"\xff\xfe"), ("gw-sig", b"short")]:
         headers = [(n, bad if n == name else v) for n, v in good]
         assert verifier().signer_of(TOPIC, 0, b"x", headers) is None, name
+
+
+class Counting:
+    """A writer's public key that counts the signatures checked with it."""
+
+    def __init__(self, key) -> None:
+        self.key, self.checked = key, 0
+
+    def verify(self, *args):
+        self.checked += 1
+        return self.key.verify(*args)
+
+
+def elsewhere(monkeypatch) -> tuple[Verifier, dict[str, Counting]]:
+    """A reader in another process than the writers (nothing signed here is taken unchecked), counting its checks."""
+    monkeypatch.setattr(signing, "_signed_here", OrderedDict())
+    check = verifier()
+    check._keys = counting = {name: Counting(key) for name, key in check._keys.items()}
+    return check, counting
+
+
+def batches(name: str, sizes: list[int], partition: int = 0, writer: Signer | None = None) -> list[tuple]:
+    """Consecutive batches one writer signs, as (topic, partition, value, headers) in log order."""
+    writer = writer or Signer(name, SEEDS[name])
+    out = []
+    for b, size in enumerate(sizes):
+        values = [f"{name} batch {b} record {i}".encode() for i in range(size)]
+        out += [(TOPIC, partition, v, h) for v, h in zip(values, writer.sign(TOPIC, partition, values))]
+    return out
+
+
+def test_a_run_of_a_writers_batches_read_newest_first_costs_one_signature_check(monkeypatch) -> None:
+    records = batches("admitter", [3, 1, 2, 5])
+    check, counting = elsewhere(monkeypatch)
+    assert check.signers_of(records) == ["admitter"] * 11
+    assert counting["admitter"].checked == 1
+    # read oldest first, one record at a time, each batch is checked on its own
+    check, counting = elsewhere(monkeypatch)
+    assert [check.signer_of(*r) for r in records] == ["admitter"] * 11
+    assert counting["admitter"].checked == 4
+
+
+def test_two_writers_interleaved_each_cost_one_check_and_a_chain_stays_on_its_partition(monkeypatch) -> None:
+    mine, theirs, other_partition = batches("admitter", [2, 2]), batches("placer", [1, 3]), batches("admitter", [2],
+                                                                                                   partition=1)
+    records = [mine[0], *theirs[:1], mine[1], *other_partition, *theirs[1:], *mine[2:]]
+    check, counting = elsewhere(monkeypatch)
+    assert check.signers_of(records) == [r[2].decode().split()[0] for r in records]
+    assert (counting["admitter"].checked, counting["placer"].checked) == (2, 1)
+
+
+def test_a_chain_vouches_for_nothing_changed_or_forged(monkeypatch) -> None:
+    """A value changed in an earlier batch, or the link of a batch changed, is not vouched for by the batch after
+    it; a batch another key signed in the writer's name is never linked to by the writer's own."""
+    records = batches("admitter", [2, 2, 2])
+    changed = list(records)
+    topic, partition, value, headers = changed[2]
+    changed[2] = (topic, partition, value + b"!", headers)
+    check, _ = elsewhere(monkeypatch)
+    assert check.signers_of(changed) == ["admitter", "admitter", None, "admitter", "admitter", "admitter"]
+    relinked = list(records)
+    topic, partition, value, headers = relinked[3]
+    relinked[3] = (topic, partition, value, [(n, b"\x00" * 32 if n == "gw-prev" else v) for n, v in headers])
+    check, _ = elsewhere(monkeypatch)
+    assert check.signers_of(relinked) == ["admitter", "admitter", "admitter", None, "admitter", "admitter"]
+    forger = Signer("admitter", SEEDS["placer"])
+    forged = batches("admitter", [1], writer=forger)
+    genuine = batches("admitter", [1])
+    check, counting = elsewhere(monkeypatch)
+    assert check.signers_of([*forged, *genuine]) == [None, "admitter"]
+    assert counting["admitter"].checked == 2
+
+
+def test_a_link_to_a_batch_no_reader_sees_costs_the_batch_before_it_its_own_check(monkeypatch) -> None:
+    """An aborted transaction's batch is signed and linked to, but never read: the chain breaks there, safely."""
+    records = batches("admitter", [2, 1, 2])
+    check, counting = elsewhere(monkeypatch)
+    assert check.signers_of([*records[:2], *records[3:]]) == ["admitter"] * 4
+    assert counting["admitter"].checked == 2
+
+
+def test_a_record_without_its_link_or_with_two_links_is_not_vouched_for(monkeypatch) -> None:
+    records = batches("admitter", [1, 1])
+    topic, partition, value, headers = records[1]
+    check, _ = elsewhere(monkeypatch)
+    assert check.signer_of(topic, partition, value, [h for h in headers if h[0] != "gw-prev"]) is None
+    assert check.signer_of(topic, partition, value, [*headers, ("gw-prev", b"\x01" * 32)]) is None
+    assert check.signer_of(topic, partition, value, [(n, v[:5] if n == "gw-prev" else v) for n, v in headers]) is None
+    assert check.signer_of(topic, partition, value, headers) == "admitter"
 
 
 def admitted(producer: str) -> m.JobAdmitted:
