@@ -30,6 +30,7 @@ from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
+from typing import NamedTuple
 
 from events.models import UNVERIFIED, Event, Tick
 
@@ -154,6 +155,51 @@ def _siblings(levels: list[list[bytes]], index: int) -> bytes:
     return b"".join(out)
 
 
+class Claim(NamedTuple):
+    """What a record's signature headers claim: who signed which batch of which partition, and where in it the
+    record's value (its leaf) sits."""
+
+    topic: str
+    partition: int
+    signer: str
+    batch: bytes
+    count: int
+    previous: bytes | None
+    signature: bytes
+    index: int
+    path: bytes  # the siblings on the way to the root
+    leaf: bytes
+
+    @property
+    def batch_key(self) -> tuple:
+        """What every record of one batch claims alike (index 4 is the batch's size)."""
+        return self.topic, self.partition, self.signer, self.batch, self.count, self.previous
+
+
+def _claim(topic: str, partition: int, value: bytes | None, headers: Headers) -> Claim | None:
+    """The record's claim, or None when its headers claim nothing well formed (or a signature header twice)."""
+    found: dict[str, bytes] = {}
+    for name, raw in headers:
+        if name in SIGNATURE_HEADERS:
+            if name in found:
+                return None  # two signatures: neither is taken
+            found[name] = raw if isinstance(raw, bytes) else str(raw).encode()
+    if value is None or any(name not in found for name in REQUIRED_HEADERS):
+        return None
+    path, previous = found[PATH], found.get(PREVIOUS)
+    if len(path) < 8 or previous is not None and len(previous) != _DIGEST:
+        return None
+    index, count = struct.unpack(">II", path[:8])
+    if not index < count:
+        return None
+    try:
+        signer = found[SIGNER].decode()
+    except UnicodeDecodeError:
+        return None
+    return Claim(topic, partition, signer, found[BATCH], count, previous, found[SIGNATURE], index, path[8:],
+                 _leaf(value))
+
+
 class Verifier:
     """Checks records' signatures against the writers' public keys; remembers the batches it knows authentic."""
 
@@ -162,7 +208,7 @@ class Verifier:
 
         self._public = dict(public_keys)
         self._keys = {name: VerifyKey(key) for name, key in public_keys.items()}
-        self._authentic: OrderedDict[bytes, None] = OrderedDict()  # digests of messages checked or chained to
+        self._authentic_messages: OrderedDict[bytes, None] = OrderedDict()  # digests checked or chained to
 
     @property
     def writers(self) -> list[str]:
@@ -175,46 +221,56 @@ class Verifier:
     def signers_of(self, records: Sequence[tuple[str, int, bytes | None, Headers]]) -> list[str | None]:
         """`signer_of` each of (topic, partition, value, headers), in log order. They are checked newest first, so
         a batch found authentic vouches for the one its writer chained before it, and a run of a writer's batches
-        costs one signature check."""
+        costs one signature check. A batch whose every record is among them is checked once, on the root its
+        records' values make, rather than record by record along each one's path."""
+        claims = [_claim(*record) for record in records]
+        batches: dict[tuple, dict[int, int]] = {}  # a batch's claim -> {index in the batch: position in records}
+        for at, claim in enumerate(claims):
+            if claim is not None and claim.count > 1:
+                members = batches.setdefault(claim.batch_key, {})
+                members[claim.index] = -1 if claim.index in members else at  # a copy spoils the batch
+        whole = sorted((positions for positions in ([members.get(i, -1) for i in range(len(members))]
+                                                    for key, members in batches.items() if len(members) == key[4])
+                        if -1 not in positions), key=max, reverse=True)
+        alone = sorted(set(range(len(records))).difference(*whole), reverse=True)
         out: list[str | None] = [None] * len(records)
-        for i in range(len(records) - 1, -1, -1):
-            out[i] = self._signer(*records[i])
+        while whole or alone:  # newest first: whichever of the next whole batch and the next record alone is later
+            if whole and (not alone or max(whole[0]) > alone[0]):
+                positions = whole.pop(0)
+                newest = claims[max(positions)]
+                root = _levels([claims[at].leaf for at in positions])[-1][0]
+                signer = self._authentic(newest, root)
+                for at in positions:
+                    out[at] = signer if signer is not None else self._alone(claims[at])
+            else:
+                at = alone.pop(0)
+                out[at] = self._alone(claims[at])
         return out
 
-    def _signer(self, topic: str, partition: int, value: bytes | None, headers: Headers) -> str | None:
-        found: dict[str, bytes] = {}
-        for name, raw in headers:
-            if name in SIGNATURE_HEADERS:
-                if name in found:
-                    return None  # two signatures: neither is taken
-                found[name] = raw if isinstance(raw, bytes) else str(raw).encode()
-        if value is None or any(name not in found for name in REQUIRED_HEADERS):
+    def _alone(self, claim: Claim | None) -> str | None:
+        """A record checked on its own: its value's leaf along its path to the batch's root."""
+        if claim is None:
             return None
-        path, previous = found[PATH], found.get(PREVIOUS)
-        if len(path) < 8 or previous is not None and len(previous) != _DIGEST:
+        root = _root(claim.leaf, claim.index, claim.count, claim.path)
+        return None if root is None else self._authentic(claim, root)
+
+    def _authentic(self, claim: Claim, root: bytes) -> str | None:
+        """The claimed signer, when the batch it claims, with `root`, is known authentic, chained to from an
+        authentic batch, signed by this process, or signed as it says; else None."""
+        key = self._keys.get(claim.signer)
+        if key is None:
             return None
-        index, count = struct.unpack(">II", path[:8])
-        if not index < count:
-            return None
-        try:
-            signer = found[SIGNER].decode()
-        except UnicodeDecodeError:
-            return None
-        key = self._keys.get(signer)
-        root = _root(_leaf(value), index, count, path[8:])
-        if key is None or root is None:
-            return None
-        message = _message(signer, found[BATCH], topic, partition, count, root, previous)
+        message = _message(claim.signer, claim.batch, claim.topic, claim.partition, claim.count, root, claim.previous)
         digest = _digest(message)
-        if digest in self._authentic:
-            self._authentic.move_to_end(digest)
-        elif _signed_here.get(digest) != (self._public[signer], found[SIGNATURE]):  # not signed here with its key
-            if not self._checks(key, message, found[SIGNATURE]):
+        if digest in self._authentic_messages:
+            self._authentic_messages.move_to_end(digest)
+        elif _signed_here.get(digest) != (self._public[claim.signer], claim.signature):  # not signed here with it
+            if not self._checks(key, message, claim.signature):
                 return None
             self._remember(digest)
-        if previous is not None:
-            self._remember(previous)  # signed by the writer within an authentic message: authentic too
-        return signer
+        if claim.previous is not None:
+            self._remember(claim.previous)  # signed by the writer within an authentic message: authentic too
+        return claim.signer
 
     @staticmethod
     def _checks(key, message: bytes, signature: bytes) -> bool:
@@ -227,10 +283,10 @@ class Verifier:
         return True
 
     def _remember(self, digest: bytes) -> None:
-        self._authentic[digest] = None
-        self._authentic.move_to_end(digest)
-        if len(self._authentic) > REMEMBERED_ROOTS:
-            self._authentic.popitem(last=False)
+        self._authentic_messages[digest] = None
+        self._authentic_messages.move_to_end(digest)
+        if len(self._authentic_messages) > REMEMBERED_ROOTS:
+            self._authentic_messages.popitem(last=False)
 
 
 def may_write(signer: str | None, event: Event) -> bool:

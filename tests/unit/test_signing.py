@@ -3,6 +3,7 @@ writer that may write it; anything else is marked unverified, and the fold refus
 
 from __future__ import annotations
 
+import struct
 from collections import OrderedDict
 
 import pytest
@@ -19,6 +20,7 @@ from services.policy import DEFAULT_POLICY
 from tests.builders import env, fold, job, node, quota, team, topology
 
 TOPIC = "gangway.events"
+original_root = signing._root
 SEEDS = {name: bytes([i]) * 32 for i, name in enumerate(("admin", "admitter", "placer", "clock", "intake"), 1)}
 
 
@@ -146,6 +148,27 @@ def test_a_link_to_a_batch_no_reader_sees_costs_the_batch_before_it_its_own_chec
     check, counting = elsewhere(monkeypatch)
     assert check.signers_of([*records[:2], *records[3:]]) == ["admitter"] * 4
     assert counting["admitter"].checked == 2
+
+
+def test_a_whole_batch_is_checked_on_the_root_its_values_make_and_a_broken_one_record_by_record(monkeypatch) -> None:
+    """Every record of a batch at hand: one root from their values, no path walked. A copy of one of its records
+    (written again), a value changed, or a size claimed that no batch has: each record is then checked alone."""
+    walked = []
+    monkeypatch.setattr(signing, "_root", lambda *args: walked.append(args) or original_root(*args))
+    records = batches("admitter", [4, 3])
+    check, counting = elsewhere(monkeypatch)
+    assert check.signers_of(records) == ["admitter"] * 7
+    assert (walked, counting["admitter"].checked) == ([], 1)
+    copied = [*records[:4], records[1], *records[4:]]
+    check, counting = elsewhere(monkeypatch)
+    assert check.signers_of(copied) == ["admitter"] * 8
+    assert len(walked) == 5 and counting["admitter"].checked == 1  # the first batch's five records alone
+    topic, partition, value, headers = records[2]
+    changed = [*records[:2], (topic, partition, value + b"!", headers), *records[3:]]
+    check, _ = elsewhere(monkeypatch)
+    assert check.signers_of(changed) == ["admitter", "admitter", None, "admitter", "admitter", "admitter", "admitter"]
+    huge = [(n, struct.pack(">II", 0, 2**32 - 1) if n == "gw-path" else v) for n, v in headers]
+    assert check.signers_of([(topic, partition, value, huge)]) == [None]
 
 
 def test_a_record_without_its_link_or_with_two_links_is_not_vouched_for(monkeypatch) -> None:
