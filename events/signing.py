@@ -208,7 +208,9 @@ class Verifier:
 
         self._public = dict(public_keys)
         self._keys = {name: VerifyKey(key) for name, key in public_keys.items()}
-        self._authentic_messages: OrderedDict[bytes, None] = OrderedDict()  # digests checked or chained to
+        #: digests of messages checked or chained to -> the writer that vouches for each: a link proves a message
+        #: only in the name of the writer whose authentic message links to it, never in another writer's name
+        self._authentic_messages: OrderedDict[bytes, str] = OrderedDict()
 
     @property
     def writers(self) -> list[str]:
@@ -262,14 +264,14 @@ class Verifier:
             return None
         message = _message(claim.signer, claim.batch, claim.topic, claim.partition, claim.count, root, claim.previous)
         digest = _digest(message)
-        if digest in self._authentic_messages:
+        if self._authentic_messages.get(digest) == claim.signer:
             self._authentic_messages.move_to_end(digest)
         elif _signed_here.get(digest) != (self._public[claim.signer], claim.signature):  # not signed here with it
             if not self._checks(key, message, claim.signature):
                 return None
-            self._remember(digest)
+            self._remember(digest, claim.signer)
         if claim.previous is not None:
-            self._remember(claim.previous)  # signed by the writer within an authentic message: authentic too
+            self._remember(claim.previous, claim.signer)  # the writer's own word, in an authentic message
         return claim.signer
 
     @staticmethod
@@ -282,8 +284,8 @@ class Verifier:
             return False
         return True
 
-    def _remember(self, digest: bytes) -> None:
-        self._authentic_messages[digest] = None
+    def _remember(self, digest: bytes, writer: str) -> None:
+        self._authentic_messages[digest] = writer
         self._authentic_messages.move_to_end(digest)
         if len(self._authentic_messages) > REMEMBERED_ROOTS:
             self._authentic_messages.popitem(last=False)

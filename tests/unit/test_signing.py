@@ -142,6 +142,20 @@ def test_a_chain_vouches_for_nothing_changed_or_forged(monkeypatch) -> None:
     assert counting["admitter"].checked == 2
 
 
+def test_a_writer_cannot_vouch_by_its_links_for_a_batch_in_another_writers_name(monkeypatch) -> None:
+    """The placer links its own, validly signed batch to the digest of a batch it forged in the admitter's name:
+    the link proves messages of the placer only, so the forged batch is checked on its own signature, and fails."""
+    value, batch = b"forged admission", b"\x00" * 8
+    forged_message = signing._message("admitter", batch, TOPIC, 0, 1, signing._leaf(value), None)
+    forged = [("gw-signer", b"admitter"), ("gw-batch", batch), ("gw-sig", b"\x00" * 64),
+              ("gw-path", struct.pack(">II", 0, 1))]
+    placer = Signer("placer", SEEDS["placer"])
+    monkeypatch.setitem(signing._last_signed, ("placer", SEEDS["placer"], TOPIC, 0), signing._digest(forged_message))
+    linking = batches("placer", [1], writer=placer)
+    check, _ = elsewhere(monkeypatch)
+    assert check.signers_of([(TOPIC, 0, value, forged), *linking]) == [None, "placer"]
+
+
 def test_a_link_to_a_batch_no_reader_sees_costs_the_batch_before_it_its_own_check(monkeypatch) -> None:
     """An aborted transaction's batch is signed and linked to, but never read: the chain breaks there, safely."""
     records = batches("admitter", [2, 1, 2])
