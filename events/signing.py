@@ -236,17 +236,18 @@ class Verifier:
                         if -1 not in positions), key=max, reverse=True)
         alone = sorted(set(range(len(records))).difference(*whole), reverse=True)
         out: list[str | None] = [None] * len(records)
-        while whole or alone:  # newest first: whichever of the next whole batch and the next record alone is later
-            if whole and (not alone or max(whole[0]) > alone[0]):
-                positions = whole.pop(0)
-                newest = claims[max(positions)]
+        w = a = 0
+        while w < len(whole) or a < len(alone):  # newest first: the later of the next whole batch and record alone
+            if w < len(whole) and (a == len(alone) or max(whole[w]) > alone[a]):
+                positions = whole[w]
+                w += 1
                 root = _levels([claims[at].leaf for at in positions])[-1][0]
-                signer = self._authentic(newest, root)
+                signer = self._authentic(claims[max(positions)], root)
                 for at in positions:
                     out[at] = signer if signer is not None else self._alone(claims[at])
             else:
-                at = alone.pop(0)
-                out[at] = self._alone(claims[at])
+                out[alone[a]] = self._alone(claims[alone[a]])
+                a += 1
         return out
 
     def _alone(self, claim: Claim | None) -> str | None:

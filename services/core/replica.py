@@ -144,7 +144,7 @@ class Replica:
                                detail=refused.detail[:MAX_DETAIL_LENGTH])
 
     def _remember(self, decisions: list[m.Decision]) -> list[m.Decision]:
-        """The decisions are in flight now; a persistent overlay takes them on top of the ones before."""
+        """The decisions are in flight now; a laid overlay takes them on top of the ones before."""
         for decision in decisions:
             self.assumed[decision.envelope.event_id] = decision
             if self._overlay is not None:
