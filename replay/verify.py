@@ -4,7 +4,8 @@ Each service is replayed as a replica (services/core/replica.py), the unit its K
 the log in order and decides on each event with its own in-flight decisions in view. So each recorded
 decision must come out again, equal field for field, and nothing else may. Decisions made on side input
 (recovery's failures for heartbeat silence; heartbeats are not on the main log) are taken as the facts
-the log records, at the basis it records for them.
+the log records, at the basis it records for them. Several services are replayed over one fold of the log: their
+replicas share the state, each laying its decisions in flight only while it decides (`verify_all`).
 
 A log altered by hand shows: a decision dropped comes out again with nothing recorded (extra), a field
 changed makes the recorded decision differ from the replayed one, an input moved makes the decisions on it
@@ -24,7 +25,7 @@ from projections.cell import CellState
 from replay.audit.policy import named
 from replay.source import AuditError, add_source_arguments, audited, read_source
 from services.core.decider import Decider
-from services.core.replica import Replica
+from services.core.replica import Replica, fold
 from services.deciders import DECIDERS
 from services.policies import UnknownPolicy, resolve
 from services.policy import DEFAULT_POLICY, Policy
@@ -75,52 +76,107 @@ def verify(logged: Sequence[tuple[int, m.Event]], decider: Decider, policy: Poli
     """Replays `decider` over the log, each decision under the policy its record names (or all under `policy`);
     decisions based past `upto` (events the live service had not reached when it stopped) are not expected to
     be recorded. Raises UnknownPolicy for a recorded version the registry does not know."""
-    verdict = Verdict(decider.name)
-    recorded: dict[str, m.Decision] = {}
-    where: dict[str, int] = {}
-    name = decider.name
-    for o, e in logged:
-        if e.is_decision and e.envelope.producer == name:
-            recorded[e.envelope.event_id] = e
-            where[e.envelope.event_id] = o
-    by_basis: dict[int, list[m.Decision]] = {}
-    for decision in recorded.values():
-        by_basis.setdefault(decision.envelope.basis_offset or 0, []).append(decision)
-    versions = {} if policy is not None else {
-        basis: decisions[0].envelope.policy_version for basis, decisions in by_basis.items()
-        if decisions[0].envelope.policy_version}
-    # Before its first decision, a service ran under the policy the cell's other services record, if any.
-    cell_version = next((e.envelope.policy_version for _, e in logged if e.is_decision and e.envelope.policy_version),
-                        None)
-    first = versions[min(versions)] if versions else cell_version
-    start = policy or (resolve(first) if first is not None else DEFAULT_POLICY)
-    replica = Replica(decider, start, CellState(tracks_rows=False),  # no store saves it
-                      recorded=lambda offset: by_basis.get(offset, ()), persistent=persistent)
-    decided: dict[str, m.Event] = {}
-    for offset, event in logged:
-        version = versions.get(offset)
-        if version is not None and version != replica.policy.version:
-            replica.policy = resolve(version)  # the service ran under another policy from here on
-        for decision in replica.consume(offset, event):
-            decided[decision.envelope.event_id] = decision
-    found: list[Divergence] = []
-    for event_id, decision in decided.items():
-        original = recorded.get(event_id)
-        basis = decision.envelope.basis_offset or 0
-        if original is None:
-            if upto is None or basis <= upto:
-                verdict.extra.append(event_id)
-                found.append(Divergence(decider.name, "extra", event_id, basis, None, decision))
-        elif original != decision:
-            verdict.different.append(event_id)
-            found.append(Divergence(decider.name, "different", event_id, basis, original, decision, where[event_id]))
-        else:
-            verdict.reproduced += 1
-    verdict.missing = sorted(set(recorded) - set(decided))
-    found += [Divergence(decider.name, "missing", i, recorded[i].envelope.basis_offset or 0, recorded[i], None,
-                         where[i]) for i in verdict.missing]
-    verdict.divergences = sorted(found, key=lambda d: (d.basis, d.offset if d.offset is not None else -1, d.event_id))
-    return verdict
+    return verify_all(logged, [decider], policy, upto, persistent)[0]
+
+
+def verify_all(logged: Sequence[tuple[int, m.Event]], deciders: Sequence[Decider], policy: Policy | None = None,
+               upto: int | None = None, persistent: bool = True) -> list[Verdict]:
+    """`verify` for each of `deciders`, folding the log once: several replicas share one state and each lays its
+    decisions in flight only while it decides (services/core/replica.py `replicas`), as an in-memory cell's do.
+    How a replica lays them changes no decision, only the cost."""
+    replays = [_Replay.of(logged, decider, policy) for decider in deciders]
+    if len(replays) == 1:  # a replica of its own keeps its overlay laid between records
+        replay = replays[0]
+        replay.replica(CellState(tracks_rows=False), persistent)
+        for offset, event in logged:
+            replay.keep(replay.at(offset).consume(offset, event))
+    else:
+        state = CellState(tracks_rows=False)
+        for replay in replays:
+            replay.replica(state, persistent=False)
+        for offset, event in logged:
+            refused = fold(state, event, offset)
+            for replay in replays:
+                replay.keep(replay.at(offset).answer(offset, event, refused))
+    return [replay.verdict(upto) for replay in replays]
+
+
+@dataclass
+class _Replay:
+    """One service's replay: its recorded decisions (by id, offset and basis), the policy versions it ran under,
+    and what its replica decides again."""
+
+    decider: Decider
+    recorded: dict[str, m.Decision]
+    where: dict[str, int]
+    by_basis: dict[int, list[m.Decision]]
+    versions: dict[int, str]
+    start: Policy
+    decided: dict[str, m.Event] = field(default_factory=dict)
+    _replica: Replica | None = None
+
+    @classmethod
+    def of(cls, logged: Sequence[tuple[int, m.Event]], decider: Decider, policy: Policy | None) -> _Replay:
+        recorded: dict[str, m.Decision] = {}
+        where: dict[str, int] = {}
+        name = decider.name
+        for o, e in logged:
+            if e.is_decision and e.envelope.producer == name:
+                recorded[e.envelope.event_id] = e
+                where[e.envelope.event_id] = o
+        by_basis: dict[int, list[m.Decision]] = {}
+        for decision in recorded.values():
+            by_basis.setdefault(decision.envelope.basis_offset or 0, []).append(decision)
+        versions = {} if policy is not None else {
+            basis: decisions[0].envelope.policy_version for basis, decisions in by_basis.items()
+            if decisions[0].envelope.policy_version}
+        # Before its first decision, a service ran under the policy the cell's other services record, if any.
+        cell_version = next((e.envelope.policy_version for _, e in logged
+                             if e.is_decision and e.envelope.policy_version), None)
+        first = versions[min(versions)] if versions else cell_version
+        start = policy or (resolve(first) if first is not None else DEFAULT_POLICY)
+        return cls(decider, recorded, where, by_basis, versions, start)
+
+    def replica(self, state: CellState, persistent: bool) -> Replica:
+        """Its replica over `state` (its own, or shared with other services' replicas)."""
+        by_basis = self.by_basis
+        self._replica = Replica(self.decider, self.start, state, recorded=lambda offset: by_basis.get(offset, ()),
+                                persistent=persistent)
+        return self._replica
+
+    def at(self, offset: int) -> Replica:
+        """The replica, under the policy the service ran under from `offset` on."""
+        version = self.versions.get(offset)
+        if version is not None and version != self._replica.policy.version:
+            self._replica.policy = resolve(version)  # the service ran under another policy from here on
+        return self._replica
+
+    def keep(self, decisions: Sequence[m.Decision]) -> None:
+        for decision in decisions:
+            self.decided[decision.envelope.event_id] = decision
+
+    def verdict(self, upto: int | None) -> Verdict:
+        name, recorded, where = self.decider.name, self.recorded, self.where
+        verdict = Verdict(name)
+        found: list[Divergence] = []
+        for event_id, decision in self.decided.items():
+            original = recorded.get(event_id)
+            basis = decision.envelope.basis_offset or 0
+            if original is None:
+                if upto is None or basis <= upto:
+                    verdict.extra.append(event_id)
+                    found.append(Divergence(name, "extra", event_id, basis, None, decision))
+            elif original != decision:
+                verdict.different.append(event_id)
+                found.append(Divergence(name, "different", event_id, basis, original, decision, where[event_id]))
+            else:
+                verdict.reproduced += 1
+        verdict.missing = sorted(set(recorded) - set(self.decided))
+        found += [Divergence(name, "missing", i, recorded[i].envelope.basis_offset or 0, recorded[i], None,
+                             where[i]) for i in verdict.missing]
+        verdict.divergences = sorted(found, key=lambda d: (d.basis, d.offset if d.offset is not None else -1,
+                                                           d.event_id))
+        return verdict
 
 
 example = "gangway verify --log tests/golden/reclaim_within_cohort.avro"
@@ -141,13 +197,12 @@ def run(args: argparse.Namespace) -> int:
 def _verify(args: argparse.Namespace) -> int:
     policy = named(args.policy) if args.policy else None
     log = read_source(args)
-    verdicts = []
-    for name in args.service or sorted(DECIDERS):
-        try:
-            verdict = verify(log.records, DECIDERS[name](), policy)
-        except UnknownPolicy as error:
-            raise AuditError(f"the log records a policy this Gangway does not know: {error}") from None
-        verdicts.append(verdict)
+    names = args.service or sorted(DECIDERS)
+    try:
+        verdicts = verify_all(log.records, [DECIDERS[name]() for name in names], policy)
+    except UnknownPolicy as error:
+        raise AuditError(f"the log records a policy this Gangway does not know: {error}") from None
+    for name, verdict in zip(names, verdicts):
         print(f"{name:10} reproduced {verdict.reproduced:,}; missing {len(verdict.missing)}, "
               f"different {len(verdict.different)}, extra {len(verdict.extra)}")
     forged = [e for _, e in log.records
