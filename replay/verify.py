@@ -83,15 +83,16 @@ def verify_all(logged: Sequence[tuple[int, m.Event]], deciders: Sequence[Decider
                upto: int | None = None, persistent: bool = True) -> list[Verdict]:
     """`verify` for each of `deciders`, folding the log once: several replicas share one state and each lays its
     decisions in flight only while it decides (services/core/replica.py `replicas`), as an in-memory cell's do.
-    How a replica lays them changes no decision, only the cost."""
+    How a replica lays them changes no decision, only the cost; `persistent` is for a single decider's replica,
+    which has its state to itself."""
     replays = [_Replay.of(logged, decider, policy) for decider in deciders]
     if len(replays) == 1:  # a replica of its own keeps its overlay laid between records
         replay = replays[0]
-        replay.replica(CellState(tracks_rows=False), persistent)
+        replay.replica(CellState(tracks_rows=False), persistent)  # no store saves it
         for offset, event in logged:
             replay.keep(replay.at(offset).consume(offset, event))
     else:
-        state = CellState(tracks_rows=False)
+        state = CellState(tracks_rows=False)  # no store saves it
         for replay in replays:
             replay.replica(state, persistent=False)
         for offset, event in logged:
