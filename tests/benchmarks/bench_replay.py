@@ -13,8 +13,8 @@ own log, exactly what a cell on Kafka would hold for it), exports it, then times
 - verify: one service's replica over the log (fold + decide on every event it answers), for each of the four.
 
 Each figure is events per second of one process on this machine, inside the collector pacing the audit commands
-use (events/collector.py). Then each audit command runs as a process of its own on the exported file, timed from
-start to exit (interpreter start and imports included, with bytecode caches), `--runs` times, median. With
+use (events/collector.py). Then each audit command (`verify` for the admitter, the preemptor and all four at once)
+runs as a process of its own on the exported file, timed from start to exit (interpreter start and imports included, with bytecode caches), `--runs` times, median. With
 `--against DIR` (another checkout of Gangway, e.g. `git worktree add /tmp/before <commit>`) each process runs
 alternately in both trees, side by side. `--profile` prints the functions that take the most time in read, fold
 and verify.
@@ -222,11 +222,12 @@ def as_processes(path: Path, n: int, runs: int, against: Path | None) -> None:
     last = records[-1][0]
     job = Counter(m.field_of(e, "job_id") for _, e in records if m.field_of(e, "job_id")).most_common(1)[0][0]
     commands = (["replay", "state", "--at", str(last)], ["explain", job], ["explain", job, "--why"], ["report"],
-                ["verify", "--service", "admitter"], ["verify", "--service", "preemptor"])
+                ["verify", "--service", "admitter"], ["verify", "--service", "preemptor"], ["verify"])
     times: dict[tuple[str, str], list[float]] = {}
     for _ in range(runs):
         for words in commands:
             label = "gangway " + " ".join(word for word in words if word not in (job, str(last), "--at", "--service"))
+            label += " (all four)" if words == ["verify"] else ""
             for name, tree in trees.items():  # alternating, so both meet the machine in the same state
                 start = time.perf_counter()
                 subprocess.run([sys.executable, "-m", "replay.cli", *words, "--log", str(path.resolve())], cwd=tree,
