@@ -16,7 +16,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
@@ -505,11 +505,10 @@ class EventConsumer:
                 event, error = None, undecodable
             if event is not None and topic in self._signed:
                 signed.append(len(records))
-            records.append([topic, message.partition(), message.offset(), message.key(), value, event, error,
-                            message.timestamp()[1], headers])
+            records.append(LogRecord(topic, message.partition(), message.offset(), message.key(), value, event, error,
+                                     message.timestamp()[1], headers))
         if signed:
             self._vouch(records, signed)
-        records = [LogRecord(*fields) for fields in records]
         self.decode_seconds += time.perf_counter() - began
         if met is not None:
             if not records:
@@ -517,28 +516,30 @@ class EventConsumer:
             self._met = met
         return records
 
-    def _vouch(self, records: list[list], signed: Sequence[int]) -> None:
-        """Sets the event of each record `signed` names (LogRecord's fields, in a list) as its signature vouches for
-        it: on the cell's log marked unverified when its signer may not write it (the fold refuses it); a heartbeat
-        so signed is dropped (it is side input, never folded). A reader without the writers' keys stops at the first
-        signed record rather than fold it unchecked. The signatures of a whole poll are checked together, newest
-        first (Verifier.signers_of)."""
+    def _vouch(self, records: list[LogRecord], signed: Sequence[int]) -> None:
+        """Each of `records[i]` for i in `signed` as its signature vouches for it: on the cell's log marked
+        unverified when its signer may not write it (the fold refuses it); a heartbeat so signed is dropped (it is
+        side input, never folded). A reader without the writers' keys stops at the first signed record rather than
+        fold it unchecked. The signatures of a whole poll are checked together, newest first
+        (Verifier.signers_of)."""
         if self.verifier is None:
-            for topic, *_, headers in (records[i] for i in signed):
-                if any(name == SIGNER for name, _ in headers):
-                    raise AuthError(f"the records of {topic} are signed, and this reader has no writers' keys to "
-                                    f"check them with: set {WRITER_KEYS_ENV} to the {WRITER_KEYS_FILE} beside the "
+            for record in (records[i] for i in signed):
+                if any(name == SIGNER for name, _ in record.headers):
+                    raise AuthError(f"the records of {record.topic} are signed, and this reader has no writers' keys "
+                                    f"to check them with: set {WRITER_KEYS_ENV} to the {WRITER_KEYS_FILE} beside the "
                                     f"broker's principal store")
             return
-        signers = self.verifier.signers_of([(topic, partition, value, headers) for topic, partition, _, _, value, *_,
-                                            headers in (records[i] for i in signed)])
+        signers = self.verifier.signers_of([(r.topic, r.partition, r.value, r.headers)
+                                            for r in (records[i] for i in signed)])
         for i, who in zip(signed, signers):
-            fields = records[i]
-            if fields[0] == self._signed[0]:
-                fields[5] = vouched(fields[5], who)
-            elif not may_write(who, fields[5]):
-                fields[5], fields[6] = None, Unvouched(
-                    f"a heartbeat {'signed by ' + who if who else 'not signed'}: not the intake's")
+            record = records[i]
+            if record.topic == self._signed[0]:
+                event = vouched(record.event, who)
+                if event is not record.event:
+                    records[i] = replace(record, event=event)
+            elif not may_write(who, record.event):
+                records[i] = replace(record, event=None, error=Unvouched(
+                    f"a heartbeat {'signed by ' + who if who else 'not signed'}: not the intake's"))
 
     def next_offsets(self, consumed: Sequence[LogRecord]) -> list[TopicPartition]:
         """The offsets to commit after `consumed`: last offset + 1 per partition (computed, never position())."""

@@ -172,7 +172,7 @@ class Claim(NamedTuple):
 
     @property
     def batch_key(self) -> tuple:
-        """What every record of one batch claims alike (index 4 is the batch's size)."""
+        """What every record of one batch claims alike."""
         return self.topic, self.partition, self.signer, self.batch, self.count, self.previous
 
 
@@ -198,6 +198,18 @@ def _claim(topic: str, partition: int, value: bytes | None, headers: Headers) ->
         return None
     return Claim(topic, partition, signer, found[BATCH], count, previous, found[SIGNATURE], index, path[8:],
                  _leaf(value))
+
+
+def _whole_batches(claims: Sequence[Claim | None]) -> list[list[int]]:
+    """The positions among `claims` of each batch (of more than one record) whose every record is there exactly
+    once, in the batch's order. A copy of a record spoils its batch: its records are then checked alone."""
+    batches: dict[tuple, tuple[int, dict[int, int | None]]] = {}  # batch -> (its size, {index: position})
+    for at, claim in enumerate(claims):
+        if claim is not None and claim.count > 1:
+            _, members = batches.setdefault(claim.batch_key, (claim.count, {}))
+            members[claim.index] = None if claim.index in members else at
+    return [[members[i] for i in range(count)] for count, members in batches.values()
+            if len(members) == count and None not in members.values()]
 
 
 class Verifier:
@@ -226,28 +238,18 @@ class Verifier:
         costs one signature check. A batch whose every record is among them is checked once, on the root its
         records' values make, rather than record by record along each one's path."""
         claims = [_claim(*record) for record in records]
-        batches: dict[tuple, dict[int, int]] = {}  # a batch's claim -> {index in the batch: position in records}
-        for at, claim in enumerate(claims):
-            if claim is not None and claim.count > 1:
-                members = batches.setdefault(claim.batch_key, {})
-                members[claim.index] = -1 if claim.index in members else at  # a copy spoils the batch
-        whole = sorted((positions for positions in ([members.get(i, -1) for i in range(len(members))]
-                                                    for key, members in batches.items() if len(members) == key[4])
-                        if -1 not in positions), key=max, reverse=True)
-        alone = sorted(set(range(len(records))).difference(*whole), reverse=True)
+        whole = _whole_batches(claims)
+        grouped = {at for positions in whole for at in positions}
+        units = whole + [[at] for at in range(len(records)) if at not in grouped]
         out: list[str | None] = [None] * len(records)
-        w = a = 0
-        while w < len(whole) or a < len(alone):  # newest first: the later of the next whole batch and record alone
-            if w < len(whole) and (a == len(alone) or max(whole[w]) > alone[a]):
-                positions = whole[w]
-                w += 1
-                root = _levels([claims[at].leaf for at in positions])[-1][0]
-                signer = self._authentic(claims[max(positions)], root)
-                for at in positions:
-                    out[at] = signer if signer is not None else self._alone(claims[at])
-            else:
-                out[alone[a]] = self._alone(claims[alone[a]])
-                a += 1
+        for positions in sorted(units, key=max, reverse=True):  # newest first
+            if len(positions) == 1:
+                out[positions[0]] = self._alone(claims[positions[0]])
+                continue
+            root = _levels([claims[at].leaf for at in positions])[-1][0]
+            signer = self._authentic(claims[max(positions)], root)
+            for at in positions:
+                out[at] = signer if signer is not None else self._alone(claims[at])
         return out
 
     def _alone(self, claim: Claim | None) -> str | None:
