@@ -85,16 +85,14 @@ def verify_all(logged: Sequence[tuple[int, m.Event]], deciders: Sequence[Decider
     decisions in flight only while it decides (services/core/replica.py `replicas`), as an in-memory cell's do.
     How a replica lays them changes no decision, only the cost; `persistent` is for a single decider's replica,
     which has its state to itself."""
-    replays = [_Replay.of(logged, decider, policy) for decider in deciders]
-    if len(replays) == 1:  # a replica of its own keeps its overlay laid between records
+    state = CellState(tracks_rows=False)  # no store saves it
+    shared = len(deciders) > 1
+    replays = [_Replay.of(logged, decider, policy, state, persistent and not shared) for decider in deciders]
+    if not shared:  # a replica of its own keeps its overlay laid between records
         replay = replays[0]
-        replay.replica(CellState(tracks_rows=False), persistent)  # no store saves it
         for offset, event in logged:
             replay.keep(replay.at(offset).consume(offset, event))
     else:
-        state = CellState(tracks_rows=False)  # no store saves it
-        for replay in replays:
-            replay.replica(state, persistent=False)
         for offset, event in logged:
             refused = fold(state, event, offset)
             for replay in replays:
@@ -112,12 +110,13 @@ class _Replay:
     where: dict[str, int]
     by_basis: dict[int, list[m.Decision]]
     versions: dict[int, str]
-    start: Policy
+    replica: Replica
     decided: dict[str, m.Event] = field(default_factory=dict)
-    _replica: Replica | None = None
 
     @classmethod
-    def of(cls, logged: Sequence[tuple[int, m.Event]], decider: Decider, policy: Policy | None) -> _Replay:
+    def of(cls, logged: Sequence[tuple[int, m.Event]], decider: Decider, policy: Policy | None, state: CellState,
+           persistent: bool) -> _Replay:
+        """The service's recorded decisions, and its replica over `state` (its own, or shared with others')."""
         recorded: dict[str, m.Decision] = {}
         where: dict[str, int] = {}
         name = decider.name
@@ -136,21 +135,16 @@ class _Replay:
                              if e.is_decision and e.envelope.policy_version), None)
         first = versions[min(versions)] if versions else cell_version
         start = policy or (resolve(first) if first is not None else DEFAULT_POLICY)
-        return cls(decider, recorded, where, by_basis, versions, start)
-
-    def replica(self, state: CellState, persistent: bool) -> Replica:
-        """Its replica over `state` (its own, or shared with other services' replicas)."""
-        by_basis = self.by_basis
-        self._replica = Replica(self.decider, self.start, state, recorded=lambda offset: by_basis.get(offset, ()),
-                                persistent=persistent)
-        return self._replica
+        replica = Replica(decider, start, state, recorded=lambda offset: by_basis.get(offset, ()),
+                          persistent=persistent)
+        return cls(decider, recorded, where, by_basis, versions, replica)
 
     def at(self, offset: int) -> Replica:
         """The replica, under the policy the service ran under from `offset` on."""
         version = self.versions.get(offset)
-        if version is not None and version != self._replica.policy.version:
-            self._replica.policy = resolve(version)  # the service ran under another policy from here on
-        return self._replica
+        if version is not None and version != self.replica.policy.version:
+            self.replica.policy = resolve(version)  # the service ran under another policy from here on
+        return self.replica
 
     def keep(self, decisions: Sequence[m.Decision]) -> None:
         for decision in decisions:
