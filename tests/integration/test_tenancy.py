@@ -223,6 +223,27 @@ def wait_for_nodes(client: Client, nodes: int, plane: ControlPlane) -> None:
         time.sleep(0.3)
 
 
+def roots_of(spans: list[dict]) -> list[str]:
+    """The names of the spans whose parent is not among `spans`."""
+    ids = {s["span_id"] for s in spans}
+    return [s["name"] for s in spans if s["parent_id"] not in ids]
+
+
+def connected_trace(tmp_path: Path, job: str, complete) -> list[dict]:
+    """The spans of `job`'s one trace once `complete(spans)` holds and every span's parent has arrived. Each process
+    sends its spans in batches of its own, so a child can reach the file before its parent."""
+    deadline, traces = time.monotonic() + 60, {}
+    while time.monotonic() < deadline:
+        traces = job_traces(job, read_spans(tmp_path / "traces.jsonl"))
+        if len(traces) == 1:
+            spans = next(iter(traces.values()))
+            if complete(spans) and len(roots_of(spans)) == 1:
+                return spans
+        time.sleep(0.5)
+    assert len(traces) == 1, traces  # one trace
+    return next(iter(traces.values()))
+
+
 def test_one_submission_is_one_connected_trace_across_processes(kafka_bootstrap, gangway_topics, tmp_path: Path,
                                                                 monkeypatch):
     plane = traced_plane(kafka_bootstrap, tmp_path, monkeypatch, nodes=2)
@@ -235,19 +256,9 @@ def test_one_submission_is_one_connected_trace_across_processes(kafka_bootstrap,
                            "spec": {"workers": 2, "gpus_per_worker": 8, "gpu_type": "H100",
                                     "command": ["true"]}})
             client.wait("traced", until="placed", timeout=60)
-        # The fleet's span is written once it has seen the placement: wait for it (spans leave in batches).
-        deadline, traces = time.monotonic() + 60, {}
-        while time.monotonic() < deadline:
-            traces = job_traces("traced", read_spans(tmp_path / "traces.jsonl"))
-            spans = [s for t in traces.values() for s in t]
-            if any(s["service"] == "gangway-fleet" for s in spans):
-                break
-            time.sleep(0.5)
-        assert len(traces) == 1, traces  # one trace
-        spans = next(iter(traces.values()))
-        ids = {s["span_id"] for s in spans}
-        roots = [s for s in spans if s["parent_id"] not in ids]
-        assert [r["name"] for r in roots] == ["submit traced"]  # connected: every other span has its parent here
+        # The fleet's span is written once it has seen the placement.
+        spans = connected_trace(tmp_path, "traced", lambda spans: any(s["service"] == "gangway-fleet" for s in spans))
+        assert roots_of(spans) == ["submit traced"]  # connected: every other span has its parent here
         processes = {(s["service"], s["pid"]) for s in spans}
         assert {"gangway-launcher", "gangway-intake", "gangway-admitter", "gangway-fleet"} <= {p for p, _ in processes}
         assert len({pid for _, pid in processes}) >= 3
@@ -281,17 +292,9 @@ def test_a_restarted_service_goes_on_in_the_jobs_trace(kafka_bootstrap, gangway_
             team["spec"]["quotas"]["H100"] = 32  # the operator's change lets it in: a record of another trace
             client.apply([parse_document(team, "team")])
             client.wait("traced", until="placed", timeout=60)
-        deadline, admitted = time.monotonic() + 60, []
-        while time.monotonic() < deadline and not admitted:
-            spans = read_spans(tmp_path / "traces.jsonl")
-            admitted = [s for s in spans if s["name"] == "admitter JobAdmitted"
-                        and s["attributes"].get("job") == "traced"]
-            time.sleep(0.5)
-        assert admitted, plane.tails()
-        traces = job_traces("traced", spans)
-        trace = traces[admitted[0]["trace_id"]]
-        ids = {s["span_id"] for s in trace}
-        assert [s["name"] for s in trace if s["parent_id"] not in ids] == ["submit traced"]
+        trace = connected_trace(tmp_path, "traced", lambda spans: any(
+            s["name"] == "admitter JobAdmitted" and s["attributes"].get("job") == "traced" for s in spans))
+        assert roots_of(trace) == ["submit traced"]
         pids = {s["pid"] for s in trace if s["service"] == "gangway-admitter"}
         assert len(pids) == 2  # the admitter before the restart queued it, the one after admitted it
     finally:
