@@ -111,6 +111,17 @@ def _debugging() -> dict:
     return {"debug": contexts, "logger": logger}
 
 
+#: What a commit reports when records of its transaction were never delivered (timed out in the producer).
+_UNDELIVERED = (KafkaError._INCONSISTENT, KafkaError._MSG_TIMED_OUT, KafkaError._TIMED_OUT)
+
+
+def undelivered(error: KafkaError) -> bool:
+    """Whether a transaction failed because the brokers never took some of its records. After all three brokers
+    were stopped and started again, a producer left so kept failing every later transaction the same way for
+    minutes (its records to one partition timing out) while new producers wrote at once: it is made anew."""
+    return error.txn_requires_abort() and error.code() in _UNDELIVERED
+
+
 class ProducerFenced(RuntimeError):
     """Another process took this producer's transactional id: it owns the cell now, and this one must stop."""
 
@@ -241,10 +252,11 @@ class EventProducer:
                     if fenced or not recover_fenced:
                         raise ProducerFenced(str(error)) from failure
                     fenced = True
-                if error is not None and (error.fatal() or error.code() == KafkaError._CONFLICT):
+                if error is not None and (error.fatal() or error.code() == KafkaError._CONFLICT or undelivered(error)):
                     # The old producer is unusable (or stuck in an abort that never returns, so every call
-                    # conflicts with it): a new one resumes the transactional id and fences it. Were it kept
-                    # after giving up, every later transaction would meet the one left open.
+                    # conflicts with it, or left unable to deliver to a partition): a new one resumes the
+                    # transactional id and fences it. Were it kept after giving up, every later transaction would
+                    # meet the one left open, or fail the same way.
                     self._broken = True
                 if error is None or time.monotonic() > deadline:
                     raise

@@ -98,3 +98,39 @@ def test_a_producer_a_fatal_error_left_unusable_is_made_anew_before_the_next_wri
     producer.write([tick(2_000)])
     assert stuck.calls == ["begin", "abort"]  # never begun again
     assert fresh.calls == ["init", "begin", "commit"]
+
+
+def test_a_producer_whose_records_were_never_delivered_is_made_anew_before_the_next_transaction(monkeypatch) -> None:
+    """A commit that reports records timed out in the producer leaves it unable to write their partition (seen
+    after the brokers restarted): the transaction is written again from a new producer under the same id."""
+    stuck = RefusingProducer(failures=0, code=0)
+
+    def commit_undelivered(timeout) -> None:
+        stuck.calls.append("commit")
+        raise KafkaException(KafkaError(KafkaError._INCONSISTENT, "1 message(s) failed delivery",
+                                        txn_requires_abort=True))
+
+    stuck.commit_transaction = commit_undelivered
+    fresh = RefusingProducer(failures=0, code=0)
+    monkeypatch.setattr(event_log, "Producer", lambda config: fresh)
+    producer = producer_over(stuck)
+    producer.write([tick(1_000)], give_up_after_s=5)
+    assert stuck.calls == ["begin", "commit", "abort"]  # never begun again
+    assert fresh.calls == ["init", "begin", "commit"] and len(fresh.committed) == 1
+
+
+def test_a_commit_that_only_timed_out_waiting_keeps_its_producer() -> None:
+    """A commit's own timeout (the coordinator slow to answer) is retried on the same producer: nothing failed."""
+    slow = RefusingProducer(failures=0, code=0)
+    answers = [KafkaException(KafkaError(KafkaError._TIMED_OUT, "commit timed out", retriable=True))]
+
+    def commit(timeout) -> None:
+        slow.calls.append("commit")
+        if answers:
+            raise answers.pop()
+        slow.committed += slow._open
+
+    slow.commit_transaction = commit
+    producer = producer_over(slow)
+    producer.write([tick(1_000)])
+    assert slow.calls == ["begin", "commit", "commit"] and not producer.broken
