@@ -4,6 +4,7 @@ states random streams reach."""
 import copy
 from unittest.mock import patch
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -11,7 +12,7 @@ from events import models as m
 from events.models import Reason
 from projections.jobs import JobState
 from projections.reservations import expected_end
-from replay.scenario.play import run
+from replay.scenario.play import parse, run
 from services.admitter.decide import Admitter, _ends_no_sooner
 from services.core.decider import Context
 from services.core.heads import EVENTUALLY, _held
@@ -137,6 +138,53 @@ def test_admission_by_groups_of_equal_needs_equals_one_gang_at_a_time(data):
 def test_admission_by_groups_equals_one_gang_at_a_time_under_least_attained_service(data):
     """Groups of equal needs split by band (Job.needs): gangs that yielded wait in a group of their own."""
     run(time_shared(DataChooser(data)), observers=[GroupedAdmissionAgreesWithOneByOne()])
+
+
+#: (at, job, team, GPUs, runs for) of a time-shared cell where the two walks part (found by the test above)
+_PARTING = [
+    (0, 'long0', 'a', 4, 10500000),
+    (0, 'long1', 'b', 4, 8100000),
+    (300000, 'short6', 'a', 2, 180000),
+    (300000, 'short10', 'a', 2, 180000),
+    (300000, 'short12', 'a', 2, 180000),
+    (360000, 'long2', 'a', 8, 8760000),
+    (540000, 'long3', 'b', 8, 4260000),
+    (1020000, 'short7', 'a', 2, 840000),
+    (1500000, 'short4', 'a', 2, 1080000),
+    (2580000, 'short5', 'a', 2, 780000),
+    (3074000, 'short11', 'a', 2, 180000),
+    (3414000, 'short2', 'a', 8, 1680000),
+    (3480000, 'short9', 'a', 8, 180000),
+    (3600000, 'short8', 'a', 2, 180000),
+    (4114000, 'short3', 'a', 2, 1320000),
+    (4417000, 'short1', 'a', 8, 1140000),
+    (5023000, 'short0', 'a', 2, 1740000),
+]
+
+
+@pytest.mark.xfail(strict=True, reason="known inexactness of the grouped walk, left for a policy version of its own")
+def test_a_group_refused_before_a_reservation_is_released_mid_cycle_is_not_looked_at_again():
+    """short8, holding n1 with capacity held for it, is admitted in a quiet cycle, which releases n1's reservation.
+    The grouped walk had refused short9's group (short9, short1: 8 GPUs, band 0) before that, so nothing of 8 GPUs
+    was noted to find no room, and long2 (8 GPUs, band 1) then reserves n1. One by one, short1 is looked at after
+    the release, finds no room, and long2 is refused unseen with it (the quiet cycle's shortcut). Making the walks
+    agree changes decisions of logs recorded under gangway-7, so it needs a policy version of its own."""
+    scenario = parse({
+        "name": "time-shared-cell",
+        "cell": {"topology": ["block", "rack"], "nodes": [{"generate": {
+            "count": 2, "gpus": 8, "gpu_type": "H100", "nodes_per_rack": 2, "racks_per_block": 1}}]},
+        "cohorts": [{"name": "co"}],
+        "teams": [{"name": "a", "cohort": "co", "quota": {"H100": 16}},
+                  {"name": "b", "cohort": "co", "quota": {"H100": 8}}],
+        "policy": {"admission": {"least_attained_service": True},
+                   "preemption": {"time_share": "WithinTeam", "min_runtime": "0s", "checkpoint_grace": "0s",
+                                  "consolidate": False}},
+        "agents": {"checkpoint_every": "5m", "checkpoint_delay": "20s", "heartbeat_every": "10s"},
+        "tick": "30s", "until": "240m",
+        "inputs": [{"at": at, "submit": {"job": job, "team": team, "gpus_per_worker": gpus, "runs_for": runs}}
+                   for at, job, team, gpus, runs in _PARTING],
+    }, "parting walks")
+    run(scenario, observers=[GroupedAdmissionAgreesWithOneByOne()])
 
 
 class ToldGroupsAgreeWithEveryMember:
