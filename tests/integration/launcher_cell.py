@@ -36,9 +36,10 @@ class LauncherCell:
     def __init__(self, bootstrap: str, tmp_path: Path, speedup: float, nodes: tuple[str, ...]) -> None:
         self.tmp, self.speedup, self.nodes = tmp_path, speedup, nodes
         self.killed: set[str] = set()  # processes killed with -9 and not started again
-        # 30 s of silence would be 1 s of wall time at 30x, which a loaded machine's agents miss: 5 s of wall time
-        self.plane = ControlPlane(bootstrap, tmp_path,
-                                  policy=f"gangway-2+recovery.heartbeat_timeout_ms={int(150_000 * speedup / 30)}")
+        # 30 s of silence would be 1 s of wall time at 30x, which a loaded machine's agents miss: 5 s of wall time;
+        # never under 30 s of event time, which a restarted agent (a new process reading the log first) needs
+        timeout_ms = max(30_000, int(150_000 * speedup / 30))
+        self.plane = ControlPlane(bootstrap, tmp_path, policy=f"gangway-2+recovery.heartbeat_timeout_ms={timeout_ms}")
         self.plane.start_all()
         try:  # a cell that never comes up stops its processes: no fixture knows of it yet
             self.plane.command("clock", "run", "clock", "--tick-interval", "0.2", "--speedup", str(speedup))
