@@ -12,7 +12,7 @@ import uuid
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import Consumer, KafkaException, TopicPartition
 
 from events import models as m
 from events.auth import SIGNING_KEY_ENV, WRITER_KEYS_ENV, client_config, load_store, service_principal
@@ -162,14 +162,22 @@ def read_log(bootstrap: str, topics: TopicNames, cell: str = "cell-a", cells: Se
 def wait_until_caught_up(bootstrap: str, topics: TopicNames, end: int, cell: str = "cell-a",
                          cells: Sequence[str] = ("cell-a",), services: Sequence[str] = SERVICES,
                          timeout: float = 60.0) -> None:
-    """Waits until every service's consumer group has committed the cell's log up to `end` (exclusive)."""
+    """Waits until every service's consumer group has committed the cell's log up to `end` (exclusive). A group
+    coordinator slow to answer (right after the brokers restarted, compose/KAFKA.md) is asked again."""
     partition = TopicPartition(topics.events, list(cells).index(cell))
     prefix = topics.events.removesuffix("gangway.events")
     deadline = time.monotonic() + timeout
+
+    def committed(group: Consumer) -> int:
+        try:
+            return group.committed([partition], timeout=10)[0].offset
+        except KafkaException:
+            return -1  # not known yet
+
     for service in services:
         group = Consumer({**client_config(bootstrap), "group.id": f"{prefix}gangway-{service}"})
         try:
-            while group.committed([partition], timeout=10)[0].offset < end:
+            while committed(group) < end:
                 assert time.monotonic() < deadline, f"{service} did not read the log to offset {end}"
                 time.sleep(0.2)
         finally:
