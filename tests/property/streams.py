@@ -142,17 +142,25 @@ def time_shared(c: Chooser) -> Scenario:
         inputs.append({"at": c.int(5, 90) * MINUTE + c.int(0, 59) * 1000, "submit": {
             "job": f"short{i}", "team": c.one(["a", "a", "b"]), "gpus_per_worker": c.one([2, 4, 8]),
             "runs_for": c.int(3, 30) * MINUTE, "priority_class": c.one([None, None, "high"])}})
+    return time_shared_cell(inputs, quota_a=c.one([8, 16]), time_share=c.one(["WithinTeam", "Any"]),
+                            min_runtime=c.one(["0s", "2m", "5m"]), checkpoint_grace=c.one(["0s", "1m"]),
+                            consolidate=c.one([False, True]), checkpoint_every=c.one(["5m", None]))
+
+
+def time_shared_cell(inputs: list[dict], quota_a: int, time_share: str, min_runtime: str, checkpoint_grace: str,
+                     consolidate: bool, checkpoint_every: str | None) -> Scenario:
+    """`time_shared`'s cell with these inputs and knobs (a pinned case names its own)."""
     return parse({
         "name": "time-shared-cell",
         "cell": {"topology": ["block", "rack"], "nodes": [{"generate": {
             "count": 2, "gpus": 8, "gpu_type": "H100", "nodes_per_rack": 2, "racks_per_block": 1}}]},
         "cohorts": [{"name": "co"}],
-        "teams": [{"name": "a", "cohort": "co", "quota": {"H100": c.one([8, 16])}},
+        "teams": [{"name": "a", "cohort": "co", "quota": {"H100": quota_a}},
                   {"name": "b", "cohort": "co", "quota": {"H100": 8}}],
         "priority_classes": [{"name": "high", "value": 100}],
         "policy": {"admission": {"least_attained_service": True},
-                   "preemption": {"time_share": c.one(["WithinTeam", "Any"]), "min_runtime": c.one(["0s", "2m", "5m"]),
-                                  "checkpoint_grace": c.one(["0s", "1m"]), "consolidate": c.one([False, True])}},
-        "agents": {"checkpoint_every": c.one(["5m", None]), "checkpoint_delay": "20s", "heartbeat_every": "10s"},
+                   "preemption": {"time_share": time_share, "min_runtime": min_runtime,
+                                  "checkpoint_grace": checkpoint_grace, "consolidate": consolidate}},
+        "agents": {"checkpoint_every": checkpoint_every, "checkpoint_delay": "20s", "heartbeat_every": "10s"},
         "tick": "30s", "until": "240m", "inputs": sorted(inputs, key=lambda i: i["at"]),
     }, "time-shared cell")

@@ -12,7 +12,7 @@ from events import models as m
 from events.models import Reason
 from projections.jobs import JobState
 from projections.reservations import expected_end
-from replay.scenario.play import parse, run
+from replay.scenario.play import run
 from services.admitter.decide import Admitter, _ends_no_sooner
 from services.core.decider import Context
 from services.core.heads import EVENTUALLY, _held
@@ -21,7 +21,7 @@ from services.core.queue import WaitingGangs
 from services.core.quota import quota_fit
 from services.preemptor.eviction import AfterEviction
 from services.preemptor.victims import candidates
-from tests.property.streams import DataChooser, stream, time_shared
+from tests.property.streams import DataChooser, stream, time_shared, time_shared_cell
 
 
 def admissible_after(state, job, victims, ctx) -> bool:
@@ -169,21 +169,10 @@ def test_a_group_refused_before_a_reservation_is_released_mid_cycle_is_not_looke
     was noted to find no room, and long2 (8 GPUs, band 1) then reserves n1. One by one, short1 is looked at after
     the release, finds no room, and long2 is refused unseen with it (the quiet cycle's shortcut). Making the walks
     agree changes decisions of logs recorded under gangway-7, so it needs a policy version of its own."""
-    scenario = parse({
-        "name": "time-shared-cell",
-        "cell": {"topology": ["block", "rack"], "nodes": [{"generate": {
-            "count": 2, "gpus": 8, "gpu_type": "H100", "nodes_per_rack": 2, "racks_per_block": 1}}]},
-        "cohorts": [{"name": "co"}],
-        "teams": [{"name": "a", "cohort": "co", "quota": {"H100": 16}},
-                  {"name": "b", "cohort": "co", "quota": {"H100": 8}}],
-        "policy": {"admission": {"least_attained_service": True},
-                   "preemption": {"time_share": "WithinTeam", "min_runtime": "0s", "checkpoint_grace": "0s",
-                                  "consolidate": False}},
-        "agents": {"checkpoint_every": "5m", "checkpoint_delay": "20s", "heartbeat_every": "10s"},
-        "tick": "30s", "until": "240m",
-        "inputs": [{"at": at, "submit": {"job": job, "team": team, "gpus_per_worker": gpus, "runs_for": runs}}
-                   for at, job, team, gpus, runs in _PARTING],
-    }, "parting walks")
+    inputs = [{"at": at, "submit": {"job": job, "team": team, "gpus_per_worker": gpus, "runs_for": runs}}
+              for at, job, team, gpus, runs in _PARTING]
+    scenario = time_shared_cell(inputs, quota_a=16, time_share="WithinTeam", min_runtime="0s", checkpoint_grace="0s",
+                                consolidate=False, checkpoint_every="5m")
     run(scenario, observers=[GroupedAdmissionAgreesWithOneByOne()])
 
 
