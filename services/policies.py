@@ -81,7 +81,9 @@ CATALOGUE: dict[str, Policy] = {
 
 
 #: Earlier versions of the catalogue's policies: decisions recorded under them still resolve (verify, what-if).
-_GANGWAY_6 = replace(GANGWAY, version="gangway-6", admission=replace(GANGWAY.admission, movers_in_plan_order=False))
+_GANGWAY_7 = replace(GANGWAY, version="gangway-7", admission=replace(GANGWAY.admission, quiet_cycles_reserve=False))
+_GANGWAY_6 = replace(_GANGWAY_7, version="gangway-6",
+                     admission=replace(_GANGWAY_7.admission, movers_in_plan_order=False))
 _GANGWAY_5 = replace(_GANGWAY_6, version="gangway-5",
                      preemption=replace(GANGWAY.preemption, keep_room_for_moves=False))
 _GANGWAY_4 = replace(_GANGWAY_5, version="gangway-4", preemption=replace(_GANGWAY_5.preemption, consolidate=False))
@@ -90,6 +92,9 @@ _GANGWAY_3 = replace(_GANGWAY_4, version="gangway-3", placement=replace(GANGWAY.
 _GANGWAY_2 = replace(_GANGWAY_3, version="gangway-2",
                      recovery=replace(GANGWAY.recovery, enforce_time_limits=False, start_timeout_ms=None))
 EARLIER: dict[str, Policy] = {
+    # before a quiet cycle let a gang reserve nodes whatever gangs of its size it had looked at first: the walk
+    # over groups of equal needs and the walk over every gang could part on whether it reserved
+    "gangway-7": _GANGWAY_7,
     # before moved jobs were admitted again in the order their move's plan placed them: an earlier small mover
     # could take the room the plan counted on for another, which then waited behind later gangs
     "gangway-6": _GANGWAY_6,

@@ -24,13 +24,14 @@ class Policy:
         return replace(self, version=version)
 
 
-#: gangway-7: gangway-4 (gangway-2 with time limits enforced, workers given 5 minutes to start, gangs kept in one
+#: gangway-8: gangway-4 (gangway-2 with time limits enforced, workers given 5 minutes to start, gangs kept in one
 #: rack: nodes packed rack by rack, preemption making room in one rack when it can at no higher cost) that
 #: consolidates: a gang whose free GPUs are scattered over nodes gets whole nodes by moving smaller jobs, the room
 #: those moves count on is kept for them until they have left (gangway-5 did not keep it), and the moved jobs are
-#: admitted again in the order the move's plan placed them (gangway-6 admitted them in queue order).
-DEFAULT_POLICY = Policy(version="gangway-7", recovery=RecoveryPolicy(enforce_time_limits=True,
+#: admitted again in the order the move's plan placed them (gangway-6 admitted them in queue order); a quiet cycle
+#: lets a gang reserve nodes as a full cycle would, whatever gangs of its size it looked at first (gangway-7 did not).
+DEFAULT_POLICY = Policy(version="gangway-8", recovery=RecoveryPolicy(enforce_time_limits=True,
                                                                       start_timeout_ms=5 * 60_000),
-                        admission=AdmissionPolicy(movers_in_plan_order=True),
+                        admission=AdmissionPolicy(movers_in_plan_order=True, quiet_cycles_reserve=True),
                         placement=PlacementPolicy(pack_domains=True),
                         preemption=PreemptionPolicy(prefer_one_rack=True, consolidate=True, keep_room_for_moves=True))

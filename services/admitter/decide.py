@@ -366,7 +366,8 @@ def admission_cycle(state: CellState, ctx: Context, only: Job | None = None, ref
                     and not (shadows and may_backfill(job, now, shadows)))
         if quiet and not holds and (
                 fewest * job.gpus_per_worker >= quota_blocked.get((job.team, job.gpu_type), job.gpus + 1)
-                or (shortcut and key_ in no_room and fewest >= no_room[key_])):
+                or (shortcut and key_ in no_room and fewest >= no_room[key_]
+                    and not (policy.quiet_cycles_reserve and may_reserve(job)))):
             order.refused(no_more_room(job))
             continue
         if head_blocked:

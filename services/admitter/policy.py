@@ -38,6 +38,10 @@ class AdmissionPolicy:
     #: move's plan found each of them room (services/preemptor/consolidation.py), so none takes the room the plan
     #: counted on for another; off: in queue order, where an earlier small mover may take a later one's room.
     movers_in_plan_order: bool = False
+    #: A quiet cycle (no Tick) asks a gang whose size it already found no room for whether it may reserve nodes, as
+    #: a full cycle does, and reserves them if so; off (gangway-7): the gang waits unseen until the next Tick, and
+    #: whether it reserves in this cycle depends on whether a gang of its size was looked at first.
+    quiet_cycles_reserve: bool = False
 
     def __post_init__(self) -> None:
         if not 0 <= self.least_attained_service_min_cv <= 100:

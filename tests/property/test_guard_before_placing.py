@@ -17,6 +17,7 @@ from projections.evolve import evolve
 from replay.scenario.play import parse, run, run_file
 from services.admitter import decide as admitter
 from services.core.decider import Context
+from services.policies import resolve
 from services.policy import DEFAULT_POLICY
 from tests.builders import job, node, priority, quota, team, tick, topology
 from tests.property.streams import MINUTE, Chooser, DataChooser, RandomChooser, stream
@@ -204,8 +205,9 @@ def test_a_head_start_is_not_asked_early_where_a_hold_would_be_given_back(monkey
 def test_a_gang_refused_early_still_notes_that_its_size_finds_no_room(monkeypatch):
     """a takes 4 of n1's 8 free GPUs; j0 fits the other 4 but would delay its head h (12 GPUs), whose start the
     cycle so computes; j (8 GPUs) is then refused early. A failed placement would have noted that no 8-GPU worker
-    finds room this cycle, so the quiet cycle looks no further at l (8 GPUs, long waiting): noted early too, l
-    reserves no nodes."""
+    finds room this cycle, so gangway-7's quiet cycle looks no further at l (8 GPUs, long waiting): noted early too,
+    l reserves no nodes. From gangway-8 a quiet cycle asks l whether it may reserve, as a full cycle would: it
+    reserves, either way."""
     events = [*(node(n) for n in ("n1", "n2", "n3", "n4", "n5", "n6")), priority("high", 10),
               *(e for t in "abcz" for e in (team(t), quota(t, 64))),
               job("p2", gpus=8, team="z", time_limit_ms=60 * MINUTE), _running("p2", "z", *_whole("n2")),
@@ -215,5 +217,7 @@ def test_a_gang_refused_early_still_notes_that_its_size_finds_no_room(monkeypatc
               job("h", workers=3, gpus=4, team="a", at=9 * MINUTE, priority_class="high"),
               job("j0", gpus=4, team="a", at=9 * MINUTE + 1, priority_class="high"),
               job("j", gpus=8, team="a", at=9 * MINUTE + 2, priority_class="high"), tick(10 * MINUTE)]
-    assert [d[:2] for d in same_either_way(events, monkeypatch, DEFAULT_POLICY)] == [("JobAdmitted", "a"),
-                                                                                   ("JobPlaced", "a")]
+    assert [d[:2] for d in same_either_way(events, monkeypatch, resolve("gangway-7"))] == [("JobAdmitted", "a"),
+                                                                                        ("JobPlaced", "a")]
+    assert [d[:3] for d in same_either_way(events, monkeypatch, DEFAULT_POLICY)] == [
+        ("JobAdmitted", "a", "WITHIN_NOMINAL_QUOTA"), ("JobPlaced", "a", "PLACED"), ("JobQueued", "l", "HOLDS_RESERVATION")]

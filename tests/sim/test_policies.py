@@ -215,11 +215,16 @@ def test_time_sharing_waits_for_finished_jobs_to_show_it_pays(traces, spread):
 
 def test_gangway_consolidates_and_packs_racks_and_earlier_versions_still_resolve_without():
     gangway = policy("gangway")
-    assert gangway.version == "gangway-7"
+    assert gangway.version == "gangway-8"
     assert gangway.placement.pack_domains and gangway.preemption.prefer_one_rack
     assert gangway.preemption.consolidate and gangway.admission.movers_in_plan_order
+    assert gangway.admission.quiet_cycles_reserve
+    seven = resolve("gangway-7")
+    assert not seven.admission.quiet_cycles_reserve and seven.admission.movers_in_plan_order
+    assert (seven.placement, seven.preemption, seven.recovery) == (gangway.placement, gangway.preemption, gangway.recovery)
     six = resolve("gangway-6")
-    assert not six.admission.movers_in_plan_order and six.preemption == gangway.preemption
+    assert not six.admission.movers_in_plan_order and not six.admission.quiet_cycles_reserve
+    assert six.preemption == gangway.preemption
     assert six.placement == gangway.placement and six.recovery == gangway.recovery
     four = resolve("gangway-4")
     assert not four.preemption.consolidate and four.placement.pack_domains and four.preemption.prefer_one_rack
