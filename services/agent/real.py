@@ -57,8 +57,10 @@ class AgentConfig:
     stop_grace_s: float = 10.0
     heartbeat_every_s: float = 2.0
     health_every_s: float = 30.0
+    #: A gang's rendezvous port is drawn from [port_base, port_base + port_span): below Linux's ephemeral ports
+    #: (32768-60999 by default), which outgoing connections take, so a busy node cannot already hold it.
     port_base: int = 20_000
-    port_span: int = 20_000
+    port_span: int = 12_000
 
 
 @dataclass

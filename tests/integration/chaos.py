@@ -36,7 +36,7 @@ from projections.store import ProjectionStore
 from replay.rebuild import differences
 from replay.verify import verify
 from services.deciders import DECIDERS
-from tests.integration.control_plane import SERVICES, ControlPlane, fold, wait_until_caught_up
+from tests.integration.control_plane import SERVICES, ControlPlane, fold, read_log, wait_until_caught_up
 from tests.property.invariants import check_bindings
 
 TRACE = Path(__file__).resolve().parents[3] / "shared" / "traces" / "microsoft-itp-2021" / "cluster05.csv"
@@ -80,7 +80,9 @@ def run(kafka: LocalKafka | None, bootstrap: str, topics: TopicNames, state_dir:
         plane.command("clock", "run", "clock", "--tick-interval", "0.5", *speed)
         plane.command("fleet", "fleet", "--nodes", str(chaos.nodes), "--nodes-per-rack", "4", "--racks-per-block", "2",
                       "--checkpoint-every", "5m", "--checkpoint-delay", "20s", *speed)
-        time.sleep(3)  # the nodes register before the load defines teams and submits
+        # the nodes register before the load defines teams and submits (a gang bigger than the cell is rejected)
+        read_log(bootstrap, topics, timeout=60,
+                 until=lambda events: sum(isinstance(e, m.NodeRegistered) for e in events) >= chaos.nodes)
         plane.command("load", "load", f"--trace={TRACE}", "--limit", str(chaos.jobs), "--max-gpus",
                       str(min(64, chaos.nodes * 8)), "--compress", str(_compress(chaos)), "--define-teams", "--gpus",
                       str(chaos.nodes * 8), *speed)

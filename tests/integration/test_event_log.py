@@ -64,7 +64,7 @@ def test_committed_events_decode_back_equal_and_aborted_ones_are_never_seen(kafk
         raise RuntimeError("the service crashed mid-batch")
     with log.transaction():
         log.produce(Tick(envelope=envelope(4)))
-    records = read(kafka_bootstrap, gangway_topics, expected=3, rounds=5)
+    records = read(kafka_bootstrap, gangway_topics, expected=3, rounds=30)
     assert [r.event for r in records] == [submitted(1), placed, Tick(envelope=envelope(4))]
     assert all(r.error is None for r in records)
 

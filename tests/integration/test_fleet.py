@@ -11,6 +11,7 @@ import pytest
 
 from events import models as m
 from events.models import Reason
+from services.policy import DEFAULT_POLICY
 from tests.integration.control_plane import ControlPlane, count, read_log
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
@@ -41,7 +42,9 @@ def test_trace_jobs_run_on_the_fleet_and_survive_a_lost_node(kafka_bootstrap, ga
                                                              monkeypatch: pytest.MonkeyPatch):
     (tmp_path / "cluster99.csv").write_text(TRACE)
     monkeypatch.setenv("GANGWAY_EPOCH", repr(time.time()))  # one event-time origin for clock, fleet and load
-    plane = ControlPlane(kafka_bootstrap, tmp_path)
+    # 60 s of silence (6 s of wall clock at 10x, not the default's 3 s) before a node fails: a loaded machine's
+    # stall must not fail the healthy node too
+    plane = ControlPlane(kafka_bootstrap, tmp_path, policy=f"{DEFAULT_POLICY.version}+recovery.heartbeat_timeout_ms=60000")
     plane.start_all()
     plane.command("clock", "run", "clock", "--tick-interval", "0.2", "--speedup", SPEEDUP)
     plane.command("fleet", "fleet", "--nodes", "2", "--nodes-per-rack", "2", "--speedup", SPEEDUP,

@@ -49,6 +49,14 @@ def group_assignment(bootstrap: str, group: str) -> list[int]:
     return sorted(len(member.assignment.topic_partitions) for member in described.members)
 
 
+def assigned(bootstrap: str, group: str, expected: list[int], plane: ControlPlane, timeout: float = 60) -> None:
+    """Waits until the group's members hold `expected` input partitions each (a rebalance takes a while)."""
+    deadline = time.monotonic() + timeout
+    while (seen := group_assignment(bootstrap, group)) != expected:
+        assert time.monotonic() < deadline, (seen, plane.tails())
+        time.sleep(0.5)
+
+
 def test_a_second_intake_takes_over_and_nothing_is_taken_in_twice(kafka_bootstrap, gangway_topics, topic_prefix,
                                                                   principals, tmp_path: Path, monkeypatch):
     topics = gangway_topics
@@ -69,10 +77,7 @@ def test_a_second_intake_takes_over_and_nothing_is_taken_in_twice(kafka_bootstra
             monkeypatch.setenv(name, value)
     group = f"{topic_prefix}gangway-intake"
     try:
-        deadline = time.monotonic() + 60
-        while (seen := group_assignment(kafka_bootstrap, group)) != [2, 2]:  # four team topics, two intakes
-            assert time.monotonic() < deadline, (seen, plane.tails())
-            time.sleep(0.5)
+        assigned(kafka_bootstrap, group, [2, 2], plane)  # four team topics, two intakes
         first = {team: [f"{team}-{i}" for i in range(10)] for team in TEAMS}
         for team, jobs in first.items():
             submit(kafka_bootstrap, who[team_principal(team)], topics.team_input(team), team, jobs)
@@ -97,16 +102,13 @@ def test_a_second_intake_takes_over_and_nothing_is_taken_in_twice(kafka_bootstra
         origins = Counter((e.envelope.origin, e.envelope.origin_offset) for _, e in logged
                           if isinstance(e, m.JobSubmitted))
         assert set(origins.values()) == {1} and len(origins) == len(expected)
-        assert group_assignment(kafka_bootstrap, group) == [4]  # the one left reads every team's topic
+        assigned(kafka_bootstrap, group, [4], plane)  # the one left reads every team's topic
         # Each replica commits under its own transactional id: neither fenced the other.
         for name in ("intake", "intake-b"):
             assert "fenced" not in (tmp_path / f"{name}.log").read_text(), plane.tails(30)
         assert plane.processes["intake"].returncode == -9
         plane.command("intake", "run", "intake", "-v")  # restarted under its name: its killed self is let go
-        deadline = time.monotonic() + 60
-        while (seen := group_assignment(kafka_bootstrap, group)) != [2, 2]:
-            assert time.monotonic() < deadline, (seen, plane.tails())
-            time.sleep(0.5)
+        assigned(kafka_bootstrap, group, [2, 2], plane)
     finally:
         codes = plane.stop_all()
     assert codes == {"intake": 0, "intake-b": 0}, (codes, plane.tails())

@@ -61,9 +61,12 @@ def test_preempted_job_resumes_on_another_node_with_the_uninterrupted_weights(ce
     done = cell.wait(job, "ended", timeout=120)
     assert done.state == "succeeded", cell.describe()
 
-    checkpoints = logged(cell, m.CheckpointCompleted, job)
-    asked = [c for c in checkpoints if c.attempt == 1][-1]  # the checkpoint the preemption asked for
-    assert asked.step % 100 != 0, "SIGUSR1 made rank 0 checkpoint between its periodic ones"
+    records = [r for r in read_log("cell-a", cell.client.bootstrap, topics=cell.client.topics)
+               if getattr(r.event, "job_id", None) == job]
+    requested = next(r.offset for r in records if isinstance(r.event, m.PreemptionRequested))
+    asked = [r for r in records if isinstance(r.event, m.CheckpointCompleted) and r.event.attempt == 1][-1]
+    assert asked.offset > requested, "the preemption's notice (SIGUSR1) made rank 0 checkpoint once more"
+    asked = asked.event
     second = done.attempts[1]
     assert second["resumed_from_step"] == asked.step
     assert rank0_node not in {w["node"] for w in second["workers"]}

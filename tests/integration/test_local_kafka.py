@@ -76,7 +76,11 @@ def test_transactions_commit_on_the_fixture_broker(kafka_bootstrap: str, gangway
     producer.begin_transaction()
     producer.produce(gangway_topics.events, key=b"cell-a", value=b"aborted", partition=partition)
     producer.abort_transaction(30)
-    assert read_all(kafka_bootstrap, gangway_topics.events, partition, expected=2, timeout=3) == [b"committed"]
+    producer.begin_transaction()
+    producer.produce(gangway_topics.events, key=b"cell-a", value=b"after", partition=partition)
+    producer.commit_transaction(30)
+    # read up to the record written after the aborted one: had the aborted one been visible, it would come between
+    assert read_all(kafka_bootstrap, gangway_topics.events, partition, expected=2) == [b"committed", b"after"]
 
 
 def test_three_node_cluster_takes_acks_all_writes_with_min_isr_2(tmp_path: Path, monkeypatch) -> None:
@@ -103,7 +107,7 @@ def test_data_persists_across_stop_and_start(tmp_path: Path, monkeypatch) -> Non
     data_dir, port = tmp_path / "kafka1", find_free_base_port(2)
     kafka = again = LocalKafka(data_dir=data_dir, port=port)
     try:
-        bootstrap = kafka.start()
+        bootstrap = kafka.start(timeout=150)
         use_admin_of(kafka, monkeypatch)
         admin = AdminClient({**client_config(bootstrap), "logger": quiet_logger()})
         events = ensure_topics(admin, ["cell-a"], 1, prefix="persist.")[0]
@@ -114,7 +118,7 @@ def test_data_persists_across_stop_and_start(tmp_path: Path, monkeypatch) -> Non
 
         again = LocalKafka(data_dir=data_dir)  # port and cluster id come from the state file
         assert (again.bootstrap_servers, again.cluster_id) == (bootstrap, cluster_id)
-        again.start()
+        again.start(timeout=150)
         assert again.start(timeout=10) == bootstrap  # already running: idempotent
         assert read_all(bootstrap, events.name, 0, expected=1) == [b"survives a restart"]
     finally:
