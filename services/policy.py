@@ -29,7 +29,7 @@ class Policy:
 #: consolidates: a gang whose free GPUs are scattered over nodes gets whole nodes by moving smaller jobs, the room
 #: those moves count on is kept for them until they have left (gangway-5 did not keep it), and the moved jobs are
 #: admitted again in the order the move's plan placed them (gangway-6 admitted them in queue order); a quiet cycle
-#: lets a gang reserve nodes as a full cycle would, whatever gangs of its size it looked at first (gangway-7 did not).
+#: asks each gang it looks at whether it may reserve, whatever gangs of its size it looked at first (gangway-7 did not).
 DEFAULT_POLICY = Policy(version="gangway-8", recovery=RecoveryPolicy(enforce_time_limits=True,
                                                                       start_timeout_ms=5 * 60_000),
                         admission=AdmissionPolicy(movers_in_plan_order=True, quiet_cycles_reserve=True),

@@ -166,7 +166,7 @@ def test_a_group_refused_before_a_reservation_is_released_mid_cycle_is_not_looke
     The grouped walk had refused short9's group (short9, short1: 8 GPUs, band 0) before that, so nothing of 8 GPUs
     was noted to find no room, and long2 (8 GPUs, band 1) then reserves n1. One by one, short1 is looked at after
     the release, finds no room, and gangway-7's quiet cycle refused long2 unseen with it. From gangway-8 the quiet
-    cycle asks long2 whether it may reserve, as a full cycle would, and both walks reserve n1 for it."""
+    cycle asks long2 whether it may reserve all the same, and both walks reserve n1 for it."""
     inputs = [{"at": at, "submit": {"job": job, "team": team, "gpus_per_worker": gpus, "runs_for": runs}}
               for at, job, team, gpus, runs in _PARTING]
     scenario = time_shared_cell(inputs, quota_a=16, time_share="WithinTeam", min_runtime="0s", checkpoint_grace="0s",

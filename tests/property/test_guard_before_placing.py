@@ -206,7 +206,7 @@ def test_a_gang_refused_early_still_notes_that_its_size_finds_no_room(monkeypatc
     """a takes 4 of n1's 8 free GPUs; j0 fits the other 4 but would delay its head h (12 GPUs), whose start the
     cycle so computes; j (8 GPUs) is then refused early. A failed placement would have noted that no 8-GPU worker
     finds room this cycle, so gangway-7's quiet cycle looks no further at l (8 GPUs, long waiting): noted early too,
-    l reserves no nodes. From gangway-8 a quiet cycle asks l whether it may reserve, as a full cycle would: it
+    l reserves no nodes. From gangway-8 a quiet cycle asks l whether it may reserve all the same: it
     reserves, either way."""
     events = [*(node(n) for n in ("n1", "n2", "n3", "n4", "n5", "n6")), priority("high", 10),
               *(e for t in "abcz" for e in (team(t), quota(t, 64))),
