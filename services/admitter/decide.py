@@ -364,10 +364,14 @@ def admission_cycle(state: CellState, ctx: Context, only: Job | None = None, ref
         # gangs, so their lack of room says nothing about it.
         shortcut = (job.topology_required is None and job.job_id not in reservations and not holds
                     and not (shadows and may_backfill(job, now, shadows)))
+        # A quiet cycle skips a gang that what it noted before already refuses; with `quiet_cycles_reserve`, not one
+        # that may then reserve nodes, as a full cycle would let it: whether it reserves must not depend on which
+        # gangs the cycle looked at first.
+        asks = policy.quiet_cycles_reserve and job.job_id not in reservations
         if quiet and not holds and (
-                fewest * job.gpus_per_worker >= quota_blocked.get((job.team, job.gpu_type), job.gpus + 1)
-                or (shortcut and key_ in no_room and fewest >= no_room[key_]
-                    and not (policy.quiet_cycles_reserve and may_reserve(job)))):
+                (fewest * job.gpus_per_worker >= quota_blocked.get((job.team, job.gpu_type), job.gpus + 1)
+                 and not (asks and _fits_its_nominal(state, job) and may_reserve(job)))
+                or (shortcut and key_ in no_room and fewest >= no_room[key_] and not (asks and may_reserve(job)))):
             order.refused(no_more_room(job))
             continue
         if head_blocked:

@@ -38,10 +38,11 @@ class AdmissionPolicy:
     #: move's plan found each of them room (services/preemptor/consolidation.py), so none takes the room the plan
     #: counted on for another; off: in queue order, where an earlier small mover may take a later one's room.
     movers_in_plan_order: bool = False
-    #: A quiet cycle (no Tick) asks each gang it looks at whether it may reserve nodes, and reserves them if so, even
-    #: when a gang of its size already found no room in the cycle; off (gangway-7): such a gang is skipped, so whether
-    #: it reserves in the cycle depends on which gangs the cycle looked at first. (A quiet cycle looks only at gangs
-    #: whose GPUs are free in number; a bigger one reserves on the next Tick either way.)
+    #: A quiet cycle (no Tick) asks each gang it looks at whether it may reserve nodes, and reserves them if it may and
+    #: nodes are found, even when a gang of its size already found no room in the cycle, or its team's quota refused
+    #: one no bigger; off (gangway-7): such a gang is skipped, so whether it reserves in the cycle depends on which
+    #: gangs the cycle looked at first. (A quiet cycle looks only at gangs whose GPUs are free in number; a bigger
+    #: one reserves on the next Tick either way.)
     quiet_cycles_reserve: bool = False
 
     def __post_init__(self) -> None:
