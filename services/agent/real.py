@@ -58,7 +58,8 @@ class AgentConfig:
     heartbeat_every_s: float = 2.0
     health_every_s: float = 30.0
     #: A gang's rendezvous port is drawn from [port_base, port_base + port_span): below Linux's ephemeral ports
-    #: (32768-60999 by default), which outgoing connections take, so a busy node cannot already hold it.
+    #: (32768-60999 by default), so the node's outgoing connections do not hold it (another listener still may,
+    #: and an attempt that finds its port taken fails, and the next attempt draws another).
     port_base: int = 20_000
     port_span: int = 12_000
 

@@ -63,9 +63,10 @@ def test_preempted_job_resumes_on_another_node_with_the_uninterrupted_weights(ce
 
     records = [r for r in read_log("cell-a", cell.client.bootstrap, topics=cell.client.topics)
                if getattr(r.event, "job_id", None) == job]
-    requested = next(r.offset for r in records if isinstance(r.event, m.PreemptionRequested))
+    requested = next((r.offset for r in records if isinstance(r.event, m.PreemptionRequested)), None)
+    assert requested is not None, cell.describe()
     asked = [r for r in records if isinstance(r.event, m.CheckpointCompleted) and r.event.attempt == 1][-1]
-    assert asked.offset > requested, "the preemption's notice (SIGUSR1) made rank 0 checkpoint once more"
+    assert asked.offset > requested, "after the preemption's notice (SIGUSR1), rank 0 checkpointed once more"
     asked = asked.event
     second = done.attempts[1]
     assert second["resumed_from_step"] == asked.step
