@@ -9,12 +9,10 @@ from hypothesis import strategies as st
 
 from events import models as m
 from events.models import Reason
-from projections.cell import CellState
-from projections.evolve import evolve
 from projections.jobs import JobState
 from projections.reservations import expected_end
 from replay.scenario.play import run
-from services.admitter.decide import Admitter, _ends_no_sooner, admission_cycle
+from services.admitter.decide import Admitter, _ends_no_sooner
 from services.core.decider import Context
 from services.core.heads import EVENTUALLY, _held
 from services.core.placement import CapacityView, Placement, off_limits, place_gang
@@ -26,7 +24,7 @@ from services.preemptor.eviction import AfterEviction
 from services.preemptor.victims import candidates
 from tests import builders as b
 from tests.property.streams import MINUTE, DataChooser, stream, time_shared, time_shared_cell
-from tests.property.test_guard_before_placing import _running
+from tests.property.test_guard_before_placing import _running, quiet_cycle
 
 
 def admissible_after(state, job, victims, ctx) -> bool:
@@ -181,7 +179,7 @@ def test_a_group_refused_before_a_reservation_is_released_mid_cycle_is_not_looke
 
 
 
-def test_a_gang_after_a_quota_refusal_of_its_team_may_still_reserve_in_a_quiet_cycle():
+def test_a_gang_after_a_quota_refusal_of_its_team_may_still_reserve_in_a_quiet_cycle(monkeypatch):
     """Team a (nominal 8, cohort co) borrows for d, admitted first (high priority). The grouped walk refuses aa's
     group (aa, bb: 8 GPUs, high) at aa (8 GPUs free, none whole), before d; one by one, bb is looked at after d and its team's quota refuses
     it (the cohort has nothing left to lend), which gangway-7's quiet cycle then held against c (8 GPUs, waiting
@@ -199,23 +197,15 @@ def test_a_gang_after_a_quota_refusal_of_its_team_may_still_reserve_in_a_quiet_c
               b.job("bb", gpus=8, team="a", at=9 * MINUTE + 2, priority_class="high"), b.tick(10 * MINUTE)]
     admitted = [("JobAdmitted", "d", "BORROWED_FROM_COHORT", ()), ("JobPlaced", "d", "PLACED", ())]
     reserved = ("JobQueued", "c", "HOLDS_RESERVATION", ("n1",))
-    assert _quiet_cycle(events, DEFAULT_POLICY, one_by_one=False) == [*admitted, reserved]
-    assert _quiet_cycle(events, DEFAULT_POLICY, one_by_one=True) == [*admitted, reserved]
-    gangway_7 = resolve("gangway-7")
-    assert _quiet_cycle(events, gangway_7, one_by_one=True) == admitted != _quiet_cycle(events, gangway_7, False)
 
+    def walks(policy) -> tuple[list[tuple], list[tuple]]:
+        """The quiet cycle's decisions by groups of equal needs, and one gang at a time."""
+        grouped = quiet_cycle(events, True, monkeypatch, policy)
+        with patch.object(WaitingGangs, "of", one_gang_per_group):
+            return grouped, quiet_cycle(events, True, monkeypatch, policy)
+    assert walks(DEFAULT_POLICY) == ([*admitted, reserved], [*admitted, reserved])
+    assert walks(resolve("gangway-7")) == ([*admitted, reserved], admitted)
 
-def _quiet_cycle(events, policy, one_by_one: bool) -> list[tuple]:
-    """A quiet admission cycle at the last event (a Tick) on the state the events fold to, by groups of equal needs
-    or one gang at a time."""
-    state = CellState()
-    for offset, event in enumerate(events, start=1):
-        assert evolve(state, event, offset) is None, event
-    ctx = Context("admitter", events[-1], len(events), policy, at=state.now)
-    with patch.object(WaitingGangs, "of", one_gang_per_group if one_by_one else WaitingGangs.of):
-        decisions = admission_cycle(state, ctx, refresh=False)
-    return [(type(d).__name__, d.job_id, d.envelope.reason.value, tuple(getattr(d, "reserved_nodes", ()) or ()))
-            for d in decisions]
 
 class ToldGroupsAgreeWithEveryMember:
     """After every event: the admitter that refuses a group in one step where the state's counts show nothing to
