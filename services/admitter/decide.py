@@ -367,7 +367,7 @@ def admission_cycle(state: CellState, ctx: Context, only: Job | None = None, ref
         # A quiet cycle skips a gang that what it noted before already refuses; with `quiet_cycles_reserve`, not one
         # that may then reserve nodes, as a full cycle would let it: whether it reserves must not depend on which
         # gangs the cycle looked at first.
-        asks = policy.quiet_cycles_reserve and job.job_id not in reservations
+        asks = quiet and policy.quiet_cycles_reserve and job.job_id not in reservations
         if quiet and not holds and (
                 (fewest * job.gpus_per_worker >= quota_blocked.get((job.team, job.gpu_type), job.gpus + 1)
                  and not (asks and _fits_its_nominal(state, job) and may_reserve(job)))

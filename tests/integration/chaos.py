@@ -80,10 +80,11 @@ def run(kafka: LocalKafka | None, bootstrap: str, topics: TopicNames, state_dir:
         plane.command("clock", "run", "clock", "--tick-interval", "0.5", *speed)
         plane.command("fleet", "fleet", "--nodes", str(chaos.nodes), "--nodes-per-rack", "4", "--racks-per-block", "2",
                       "--checkpoint-every", "5m", "--checkpoint-delay", "20s", *speed)
-        # the nodes register before the load defines teams and submits (a gang bigger than the cell is rejected)
-        registered = read_log(bootstrap, topics, timeout=60,
-                              until=lambda events: sum(isinstance(e, m.NodeRegistered) for e in events) >= chaos.nodes)
-        assert sum(isinstance(e, m.NodeRegistered) for _, e in registered) >= chaos.nodes, plane.tails()
+        def registered(events: list[m.Event]) -> bool:
+            """Every node registered: only then does the load define teams and submit (a gang bigger than the cell
+            is rejected)."""
+            return sum(isinstance(e, m.NodeRegistered) for e in events) >= chaos.nodes
+        assert registered([e for _, e in read_log(bootstrap, topics, timeout=60, until=registered)]), plane.tails()
         plane.command("load", "load", f"--trace={TRACE}", "--limit", str(chaos.jobs), "--max-gpus",
                       str(min(64, chaos.nodes * 8)), "--compress", str(_compress(chaos)), "--define-teams", "--gpus",
                       str(chaos.nodes * 8), *speed)
