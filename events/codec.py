@@ -47,6 +47,10 @@ class EventCodec:
         missing = sorted(set(EVENT_TYPES_BY_NAME) - set(self.catalogue.current))
         if missing:
             raise RuntimeError(f"schemas/ lacks a schema for {', '.join(missing)}: run `gangway schemas write`")
+        #: the header (magic and fingerprint) of each of today's schemas -> its version: most records of a log
+        #: are read straight by its generated reader, with no lookup by number
+        self._current = {MAGIC + version.fingerprint_bytes: version for version in self.catalogue.current.values()
+                         if version.name in EVENT_TYPES_BY_NAME}
 
     def encode(self, event: Event) -> bytes:
         version = self.catalogue.current[type(event).__name__]
@@ -57,6 +61,9 @@ class EventCodec:
         return out.getvalue()
 
     def decode(self, data: bytes | None) -> Event:
+        current = self._current.get(data[:HEADER_SIZE]) if data is not None else None
+        if current is not None:
+            return _read_current(current, data)
         if data is None or len(data) < HEADER_SIZE or data[:2] != MAGIC:
             raise UndecodableEvent(
                 Undecodable.NOT_SINGLE_OBJECT,

@@ -16,7 +16,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, replace
+from typing import NamedTuple
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
@@ -33,9 +33,9 @@ log = logging.getLogger("gangway.log")
 KEPT_BYTES = 64 * 1024
 
 
-@dataclass(frozen=True)
-class LogRecord:
-    """One consumed record: the decoded event, or the error that kept it from decoding."""
+class LogRecord(NamedTuple):
+    """One consumed record: the decoded event, or the error that kept it from decoding. A named tuple: a log read
+    makes one per record, at a fifth of a frozen dataclass's cost."""
 
     topic: str
     partition: int
@@ -548,9 +548,9 @@ class EventConsumer:
             if record.topic == self._signed[0]:
                 event = vouched(record.event, who)
                 if event is not record.event:
-                    records[i] = replace(record, event=event)
+                    records[i] = record._replace(event=event)
             elif not may_write(who, record.event):
-                records[i] = replace(record, event=None, error=Unvouched(
+                records[i] = record._replace(event=None, error=Unvouched(
                     f"a heartbeat {'signed by ' + who if who else 'not signed'}: not the intake's"))
 
     def next_offsets(self, consumed: Sequence[LogRecord]) -> list[TopicPartition]:

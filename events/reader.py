@@ -27,6 +27,9 @@ log = logging.getLogger(__name__)
 
 #: How long a read to the end waits in one poll before it asks again whether its position reached the end.
 READ_WAIT_S = 0.05
+#: How many records a read to the end takes a poll. A poll's records (fetched bytes, headers, claims) die
+#: together, so a small batch keeps a long read's working set in the caches (docs/benchmarks.md: 4% faster than 2,000).
+READ_BATCH = 500
 
 
 def default_bootstrap() -> str:
@@ -99,7 +102,7 @@ class LogReader:
         while len(done) < len(self.cells):
             # Briefly: a log ends with its last transaction's commit marker, which no poll returns, so the poll
             # after the last record would wait its whole timeout although the position passed the marker at once.
-            for record in self.follow(READ_WAIT_S):
+            for record in self.follow(READ_WAIT_S, READ_BATCH):
                 cell = self.cell_of(record)
                 if cell in done:
                     continue

@@ -30,6 +30,7 @@ from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
+from hashlib import sha256
 from typing import NamedTuple
 
 from events.models import UNVERIFIED, Event, Tick
@@ -167,7 +168,7 @@ class Claim(NamedTuple):
     previous: bytes | None
     signature: bytes
     index: int
-    path: bytes  # the siblings on the way to the root
+    path: bytes  # the header as written: index and count, then the siblings on the way to the root
     leaf: bytes
 
     @property
@@ -176,40 +177,77 @@ class Claim(NamedTuple):
         return self.topic, self.partition, self.signer, self.batch, self.count, self.previous
 
 
+_POSITION = struct.Struct(">II")  # a path header's index and count
+_new_claim = tuple.__new__  # a Claim from its fields in one tuple, without the keyword handling of Claim(...)
+_names: dict[bytes, str] = {}  # signers' names as the headers carry them -> as text (a log has a handful)
+
+
 def _claim(topic: str, partition: int, value: bytes | None, headers: Headers) -> Claim | None:
     """The record's claim, or None when its headers claim nothing well formed (or a signature header twice)."""
-    found: dict[str, bytes] = {}
-    for name, raw in headers:
-        if name in SIGNATURE_HEADERS:
-            if name in found:
-                return None  # two signatures: neither is taken
-            found[name] = raw if isinstance(raw, bytes) else str(raw).encode()
-    if value is None or any(name not in found for name in REQUIRED_HEADERS):
+    found = dict(headers)
+    if len(found) < len(headers) and _twice(headers):
+        return None  # two signatures: neither is taken
+    signer, batch, signature, path = found.get(SIGNER), found.get(BATCH), found.get(SIGNATURE), found.get(PATH)
+    previous = found.get(PREVIOUS)
+    if value is None or signer is None or batch is None or signature is None or path is None:
         return None
-    path, previous = found[PATH], found.get(PREVIOUS)
+    if not (type(signer) is type(batch) is type(signature) is type(path) is bytes
+            and (previous is None or type(previous) is bytes)):
+        signer, batch, signature, path = _bytes(signer), _bytes(batch), _bytes(signature), _bytes(path)
+        previous = None if previous is None else _bytes(previous)
     if len(path) < 8 or previous is not None and len(previous) != _DIGEST:
         return None
-    index, count = struct.unpack(">II", path[:8])
+    index, count = _POSITION.unpack_from(path)
     if not index < count:
         return None
-    try:
-        signer = found[SIGNER].decode()
-    except UnicodeDecodeError:
-        return None
-    return Claim(topic, partition, signer, found[BATCH], count, previous, found[SIGNATURE], index, path[8:],
-                 _leaf(value))
+    name = _names.get(signer)
+    if name is None:
+        try:
+            name = signer.decode()
+        except UnicodeDecodeError:
+            return None
+        if len(_names) < REMEMBERED_ROOTS:
+            _names[signer] = name
+    return _new_claim(Claim, (topic, partition, name, batch, count, previous, signature, index, path,
+                              sha256(b"\x00" + value).digest()))
+
+
+def _twice(headers: Headers) -> bool:
+    """Whether a signature header comes more than once."""
+    names = [name for name, _ in headers if name in SIGNATURE_HEADERS]
+    return len(names) > len(set(names))
+
+
+def _bytes(raw: bytes | str) -> bytes:
+    return raw if isinstance(raw, bytes) else str(raw).encode()
 
 
 def _whole_batches(claims: Sequence[Claim | None]) -> list[list[int]]:
     """The positions among `claims` of each batch (of more than one record) whose every record is there exactly
     once, in the batch's order. A copy of a record spoils its batch: its records are then checked alone."""
-    batches: dict[tuple, tuple[int, dict[int, int | None]]] = {}  # batch -> (its size, {index: position})
+    batches: dict[tuple, dict[int, int | None]] = {}  # batch (its claim's first six fields) -> {index: position}
     for at, claim in enumerate(claims):
-        if claim is not None and claim.count > 1:
-            _, members = batches.setdefault(claim.batch_key, (claim.count, {}))
-            members[claim.index] = None if claim.index in members else at
-    return [[members[i] for i in range(count)] for count, members in batches.values()
-            if len(members) == count and None not in members.values()]
+        if claim is not None and claim[4] > 1:  # of a batch of more than one record
+            key = claim[:6]  # Claim.batch_key
+            members = batches.get(key)
+            if members is None:
+                members = batches[key] = {}
+            index = claim[7]
+            members[index] = None if index in members else at
+    return [[members[i] for i in range(key[4])] for key, members in batches.items()
+            if len(members) == key[4] and None not in members.values()]
+
+
+def _merkle_root(leaves: list[bytes]) -> bytes:
+    """The root `_levels` ends with, without keeping the levels below it."""
+    if len(leaves) == 2:  # the batches of a decider's decisions: mostly two or three records
+        return _node(leaves[0], leaves[1])
+    if len(leaves) == 3:
+        return _node(_node(leaves[0], leaves[1]), leaves[2])
+    level = leaves
+    while len(level) > 1:
+        level = [_node(level[i], level[i + 1]) if i + 1 < len(level) else level[i] for i in range(0, len(level), 2)]
+    return level[0]
 
 
 class Verifier:
@@ -246,7 +284,7 @@ class Verifier:
             if len(positions) == 1:
                 out[positions[0]] = self._alone(claims[positions[0]])
                 continue
-            root = _levels([claims[at].leaf for at in positions])[-1][0]
+            root = _merkle_root([claims[at].leaf for at in positions])
             signer = self._authentic(claims[max(positions)], root)
             for at in positions:
                 out[at] = signer if signer is not None else self._alone(claims[at])
@@ -256,7 +294,7 @@ class Verifier:
         """A record checked on its own: its value's leaf along its path to the batch's root."""
         if claim is None:
             return None
-        root = _root(claim.leaf, claim.index, claim.count, claim.path)
+        root = _root(claim.leaf, claim.index, claim.count, claim.path[8:])
         return None if root is None else self._authentic(claim, root)
 
     def _authentic(self, claim: Claim, root: bytes) -> str | None:

@@ -19,7 +19,7 @@ from operator import itemgetter
 from pathlib import Path
 
 from events import models as m
-from events.collector import rare_collections
+from events.collector import paused_collections, rare_collections
 from events.command import guarded
 from events.logfile import NotALogFile, offsets_problem, read_log_file
 from events.topics import cells_from_env
@@ -119,7 +119,7 @@ def read_cell(cell: str | None, bootstrap: str, cells: Sequence[str] | None = No
     from confluent_kafka import KafkaException  # only a live cell needs Kafka: reading a file starts faster
 
     from events.broker import unreachable
-    from events.reader import read_log
+    from events.reader import LogReader
 
     cells = tuple(cells or cells_from_env())
     cell = cell or cells[0]
@@ -128,8 +128,9 @@ def read_cell(cell: str | None, bootstrap: str, cells: Sequence[str] | None = No
     problem = unreachable(bootstrap, hint=", or read an exported log with --log FILE")
     if problem:
         raise AuditError(problem)
-    try:
-        records = [(r.offset, r.event) for r in read_log(cell, bootstrap, all_cells=cells) if r.event is not None]
+    try:  # each record's bytes and headers are let go as soon as it is read: only its event is kept
+        with LogReader([cell], bootstrap, all_cells=cells) as reader, paused_collections():
+            records = [(r.offset, r.event) for r in reader.read() if r.event is not None]
     except KafkaException as error:
         raise AuditError(f"reading cell {cell}: {error}") from None
     return Log(cell, records, f"cell {cell}")

@@ -7,15 +7,20 @@ from __future__ import annotations
 import argparse
 import json
 from dataclasses import asdict
+from typing import TYPE_CHECKING
 
 from events.command import Command
-from replay.audit import ledger, snapshot, whatif
-from replay.audit.policy import named, recorded
+from replay.audit import snapshot
 from replay.audit.text import clock, table
-from replay.audit.timeline import Timeline, timeline
-from replay.audit.why import Why, why
 from replay.source import AuditError, add_source_arguments, audited, position, read_source, upto, window
-from services.core.forecast import Estimate, forecast
+
+if TYPE_CHECKING:
+    from replay.audit.timeline import Timeline
+    from replay.audit.why import Why
+    from services.core.forecast import Estimate
+
+# Each command imports the deciders, the simulator's metrics or the ledger when it runs: `replay state`, which
+# needs none of them, starts without their import.
 
 # --- explain ------------------------------------------------------------------------------------------------------
 
@@ -30,6 +35,11 @@ def _explain_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _explain(args: argparse.Namespace) -> int:
+    from replay.audit.policy import recorded
+    from replay.audit.timeline import timeline
+    from replay.audit.why import why
+    from services.core.forecast import forecast
+
     log = read_source(args)
     records = upto(log, args.at)
     story, state = timeline(records, args.job)
@@ -122,6 +132,9 @@ def _whatif_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _whatif(args: argparse.Namespace) -> int:
+    from replay.audit import whatif
+    from replay.audit.policy import named, recorded
+
     policy = named(args.policy)
     log = read_source(args)
     records = upto(log, args.end)
@@ -145,6 +158,8 @@ def _report_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _report(args: argparse.Namespace) -> int:
+    from replay.audit import ledger
+
     log = read_source(args)
     records = upto(log, args.end)
     start = window(log, args.start, args.end)[0] if args.start is not None and records else None
