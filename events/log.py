@@ -459,6 +459,10 @@ class EventConsumer:
             # ends empty is one more request for the broker to serve (10 ms made the broker's CPU 21% higher
             # under load, with no latency gained: docs/benchmarks.md).
             "fetch.wait.max.ms": 500,
+            # How long librdkafka waits to fetch again once its queue of fetched records is full (default 1 s). A
+            # reader catching up (an audit's --cell, the read model, a service opening a cell) drains a full queue
+            # in about a second, and then waited out the rest of that second with nothing to read.
+            "fetch.queue.backoff.ms": 20,
             "logger": quiet_logger(),
             **config,
             **_debugging(),
@@ -502,23 +506,25 @@ class EventConsumer:
         began = time.perf_counter()
         met = None
         signed = []  # the records whose signature says whether and how they are taken
+        decode, keep, signed_topics = self.codec.decode, records.append, self._signed
         for message in messages:
-            if message.error() is not None:
-                if message.error().code() == KafkaError._PARTITION_EOF:
+            failed = message.error()
+            if failed is not None:
+                if failed.code() == KafkaError._PARTITION_EOF:
                     continue
-                if self._missing_ok and message.error().code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
+                if self._missing_ok and failed.code() == KafkaError.UNKNOWN_TOPIC_OR_PART:
                     continue  # a topic not created yet, or deleted
-                met = met or KafkaException(message.error())
+                met = met or KafkaException(failed)
                 continue
-            topic, value, headers = message.topic(), message.value(), tuple(message.headers() or ())
+            topic, value = message.topic(), message.value()
             try:
-                event, error = self.codec.decode(value), None
+                event, error = decode(value), None
             except UndecodableEvent as undecodable:
                 event, error = None, undecodable
-            if event is not None and topic in self._signed:
+            if event is not None and topic in signed_topics:
                 signed.append(len(records))
-            records.append(LogRecord(topic, message.partition(), message.offset(), message.key(), value, event, error,
-                                     message.timestamp()[1], headers))
+            keep(LogRecord(topic, message.partition(), message.offset(), message.key(), value, event, error,
+                           message.timestamp()[1], tuple(message.headers() or ())))
         if signed:
             self._vouch(records, signed)
         self.decode_seconds += time.perf_counter() - began

@@ -99,16 +99,18 @@ class LogReader:
         if to is not None:
             ends = {cell: min(end, to + 1) for cell, end in ends.items()}
         done = {cell for cell, end in ends.items() if self.position(cell) >= end}
+        partitions = self.partitions  # each record's cell (`cell_of`)
         while len(done) < len(self.cells):
             # Briefly: a log ends with its last transaction's commit marker, which no poll returns, so the poll
             # after the last record would wait its whole timeout although the position passed the marker at once.
             for record in self.follow(READ_WAIT_S, READ_BATCH):
-                cell = self.cell_of(record)
+                cell = partitions[record.partition]
                 if cell in done:
                     continue
-                if record.offset < ends[cell]:
+                offset, end = record.offset, ends[cell]
+                if offset < end:
                     yield record
-                if record.offset + 1 >= ends[cell]:
+                if offset + 1 >= end:
                     done.add(cell)
             # Control records (transaction markers) take offsets no record shows: the position tells.
             done |= {cell for cell, end in ends.items() if self.position(cell) >= end}
