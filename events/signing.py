@@ -179,7 +179,6 @@ class Claim(NamedTuple):
 
 _POSITION = struct.Struct(">II")  # a path header's index and count
 _new_claim = tuple.__new__  # a Claim from its fields in one tuple, without the keyword handling of Claim(...)
-_names: dict[bytes, str] = {}  # signers' names as the headers carry them -> as text (a log has a handful)
 
 
 def _claim(topic: str, partition: int, value: bytes | None, headers: Headers) -> Claim | None:
@@ -200,14 +199,10 @@ def _claim(topic: str, partition: int, value: bytes | None, headers: Headers) ->
     index, count = _POSITION.unpack_from(path)
     if not index < count:
         return None
-    name = _names.get(signer)
-    if name is None:
-        try:
-            name = signer.decode()
-        except UnicodeDecodeError:
-            return None
-        if len(_names) < REMEMBERED_ROOTS:
-            _names[signer] = name
+    try:
+        name = signer.decode()
+    except UnicodeDecodeError:
+        return None
     return _new_claim(Claim, (topic, partition, name, batch, count, previous, signature, index, path,
                               sha256(b"\x00" + value).digest()))
 
@@ -225,25 +220,17 @@ def _bytes(raw: bytes | str) -> bytes:
 def _whole_batches(claims: Sequence[Claim | None]) -> list[list[int]]:
     """The positions among `claims` of each batch (of more than one record) whose every record is there exactly
     once, in the batch's order. A copy of a record spoils its batch: its records are then checked alone."""
-    batches: dict[tuple, dict[int, int | None]] = {}  # batch (its claim's first six fields) -> {index: position}
+    batches: dict[tuple, tuple[int, dict[int, int | None]]] = {}  # batch -> (its size, {index: position})
     for at, claim in enumerate(claims):
-        if claim is not None and claim[4] > 1:  # of a batch of more than one record
-            key = claim[:6]  # Claim.batch_key
-            members = batches.get(key)
-            if members is None:
-                members = batches[key] = {}
-            index = claim[7]
-            members[index] = None if index in members else at
-    return [[members[i] for i in range(key[4])] for key, members in batches.items()
-            if len(members) == key[4] and None not in members.values()]
+        if claim is not None and claim.count > 1:
+            _, members = batches.setdefault(claim.batch_key, (claim.count, {}))
+            members[claim.index] = None if claim.index in members else at
+    return [[members[i] for i in range(count)] for count, members in batches.values()
+            if len(members) == count and None not in members.values()]
 
 
 def _merkle_root(leaves: list[bytes]) -> bytes:
     """The root `_levels` ends with, without keeping the levels below it."""
-    if len(leaves) == 2:  # the batches of a decider's decisions: mostly two or three records
-        return _node(leaves[0], leaves[1])
-    if len(leaves) == 3:
-        return _node(_node(leaves[0], leaves[1]), leaves[2])
     level = leaves
     while len(level) > 1:
         level = [_node(level[i], level[i + 1]) if i + 1 < len(level) else level[i] for i in range(0, len(level), 2)]
