@@ -30,7 +30,6 @@ from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
-from hashlib import sha256
 from typing import NamedTuple
 
 from events.models import UNVERIFIED, Event, Tick
@@ -203,8 +202,7 @@ def _claim(topic: str, partition: int, value: bytes | None, headers: Headers) ->
         name = signer.decode()
     except UnicodeDecodeError:
         return None
-    return _new_claim(Claim, (topic, partition, name, batch, count, previous, signature, index, path,
-                              sha256(b"\x00" + value).digest()))
+    return _new_claim(Claim, (topic, partition, name, batch, count, previous, signature, index, path, _leaf(value)))
 
 
 def _twice(headers: Headers) -> bool:
@@ -227,14 +225,6 @@ def _whole_batches(claims: Sequence[Claim | None]) -> list[list[int]]:
             members[claim.index] = None if claim.index in members else at
     return [[members[i] for i in range(count)] for count, members in batches.values()
             if len(members) == count and None not in members.values()]
-
-
-def _merkle_root(leaves: list[bytes]) -> bytes:
-    """The root `_levels` ends with, without keeping the levels below it."""
-    level = leaves
-    while len(level) > 1:
-        level = [_node(level[i], level[i + 1]) if i + 1 < len(level) else level[i] for i in range(0, len(level), 2)]
-    return level[0]
 
 
 class Verifier:
@@ -271,7 +261,7 @@ class Verifier:
             if len(positions) == 1:
                 out[positions[0]] = self._alone(claims[positions[0]])
                 continue
-            root = _merkle_root([claims[at].leaf for at in positions])
+            root = _levels([claims[at].leaf for at in positions])[-1][0]
             signer = self._authentic(claims[max(positions)], root)
             for at in positions:
                 out[at] = signer if signer is not None else self._alone(claims[at])
