@@ -185,14 +185,15 @@ def _claim(topic: str, partition: int, value: bytes | None, headers: Headers) ->
     found = dict(headers)
     if len(found) < len(headers) and _twice(headers):
         return None  # two signatures: neither is taken
-    signer, batch, signature, path = found.get(SIGNER), found.get(BATCH), found.get(SIGNATURE), found.get(PATH)
-    previous = found.get(PREVIOUS)
-    if value is None or signer is None or batch is None or signature is None or path is None:
+    if value is None or SIGNER not in found or BATCH not in found or SIGNATURE not in found or PATH not in found:
         return None
+    signer, batch, signature, path = found[SIGNER], found[BATCH], found[SIGNATURE], found[PATH]
+    linked = PREVIOUS in found
+    previous = found[PREVIOUS] if linked else None
     if not (type(signer) is type(batch) is type(signature) is type(path) is bytes
-            and (previous is None or type(previous) is bytes)):
+            and (not linked or type(previous) is bytes)):  # a header of no value or of text: as its bytes
         signer, batch, signature, path = _bytes(signer), _bytes(batch), _bytes(signature), _bytes(path)
-        previous = None if previous is None else _bytes(previous)
+        previous = _bytes(previous) if linked else None
     if len(path) < 8 or previous is not None and len(previous) != _DIGEST:
         return None
     index, count = _POSITION.unpack_from(path)
@@ -211,7 +212,7 @@ def _twice(headers: Headers) -> bool:
     return len(names) > len(set(names))
 
 
-def _bytes(raw: bytes | str) -> bytes:
+def _bytes(raw: bytes | str | None) -> bytes:
     return raw if isinstance(raw, bytes) else str(raw).encode()
 
 

@@ -195,6 +195,20 @@ def test_a_record_without_its_link_or_with_two_links_is_not_vouched_for(monkeypa
     assert check.signer_of(topic, partition, value, headers) == "admitter"
 
 
+def test_a_signature_header_present_without_a_value_counts_as_present() -> None:
+    """A header of no value (Kafka allows one) is there, as the bytes b"None", not missing: an unchained record with
+    an empty link is not vouched for (its link is not a digest), and a record with an empty signature in a batch
+    whose every record is read is vouched for by the batch's root, as one with any other wrong signature is."""
+    first = signed("admitter", [b"a"])[0]
+    assert verifier().signer_of(TOPIC, 0, b"a", first) == "admitter"
+    assert verifier().signer_of(TOPIC, 0, b"a", [*first, ("gw-prev", None)]) is None
+    values = [b"x", b"y", b"z"]
+    headers = signed("admitter", values)
+    for wrong in (None, b"\x00" * 64):
+        emptied = [[(n, wrong if n == "gw-sig" and i == 1 else v) for n, v in h] for i, h in enumerate(headers)]
+        assert verifier().signers_of([(TOPIC, 0, v, h) for v, h in zip(values, emptied)]) == ["admitter"] * 3
+
+
 def admitted(producer: str) -> m.JobAdmitted:
     return m.JobAdmitted(envelope=env(producer=producer).model_copy(update={"basis_offset": 0}), job_id="j",
                          team="nlp", gpu_type="H100", gpus=8,
