@@ -459,10 +459,6 @@ class EventConsumer:
             # ends empty is one more request for the broker to serve (10 ms made the broker's CPU 21% higher
             # under load, with no latency gained: docs/benchmarks.md).
             "fetch.wait.max.ms": 500,
-            # How long librdkafka waits to fetch again once its queue of fetched records is full (default 1 s). A
-            # reader catching up (an audit's --cell, the read model, a service opening a cell) drains a full queue
-            # in about a second, and then waited out the rest of that second with nothing to read.
-            "fetch.queue.backoff.ms": 20,
             "logger": quiet_logger(),
             **config,
             **_debugging(),

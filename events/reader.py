@@ -30,6 +30,10 @@ READ_WAIT_S = 0.05
 #: How many records a read to the end takes a poll. A poll's records (fetched bytes, headers, claims) die
 #: together, so a small batch keeps a long read's working set in the caches (docs/benchmarks.md: 4% faster than 2,000).
 READ_BATCH = 500
+#: How long librdkafka waits to fetch again once its queue of fetched records is full (its default: 1 s). A read
+#: to the end (an audit's --cell, the read model's catch-up) drains a full queue in about a second, and then waited
+#: out the rest of that second with nothing to read. The services keep librdkafka's default.
+FETCH_QUEUE_BACKOFF_MS = 20
 
 
 def default_bootstrap() -> str:
@@ -52,7 +56,8 @@ class LogReader:
         self.partitions = {cell_partition(self.all_cells, c): c for c in self.cells}
         self.starts = {c: max(0, start if isinstance(start, int) else start.get(c, 0)) for c in self.cells}
         self._consumer = EventConsumer(bootstrap_servers or default_bootstrap(), f"reader-{uuid.uuid4().hex}",
-                                       self.topics, self.all_cells, principal=principal)
+                                       self.topics, self.all_cells, principal=principal,
+                                       **{"fetch.queue.backoff.ms": FETCH_QUEUE_BACKOFF_MS})
         self._consumer.raw.assign([TopicPartition(self.topic, p, self.starts[c])
                                    for p, c in sorted(self.partitions.items())])
 
