@@ -438,6 +438,7 @@ class EventConsumer:
         self.topics, self.cells = topics, tuple(cells)
         self.codec = codec or EventCodec()
         self._pending: dict[tuple[str, int], int] = {}
+        self._sent: dict[tuple[str, int], int] = {}  # offsets committed asynchronously whose answer has not come
         self._missing_ok = False  # whether a subscribed topic that does not exist is no error
         self._met: KafkaException | None = None  # an error met in a batch that had records: the next poll raises it
         self.decode_seconds = 0.0  # time spent decoding, for the service's timings
@@ -459,6 +460,7 @@ class EventConsumer:
             # ends empty is one more request for the broker to serve (10 ms made the broker's CPU 21% higher
             # under load, with no latency gained: docs/benchmarks.md).
             "fetch.wait.max.ms": 500,
+            "on_commit": self._on_commit,
             "logger": quiet_logger(),
             **config,
             **_debugging(),
@@ -575,22 +577,38 @@ class EventConsumer:
         (a restart would then decide again, and write twice, what the transaction's batch decided)."""
         for t in self.next_offsets(consumed):
             key = (t.topic, t.partition)
-            if self._pending.get(key, t.offset + 1) <= t.offset:
-                del self._pending[key]
+            for held in (self._pending, self._sent):
+                if held.get(key, t.offset + 1) <= t.offset:
+                    del held[key]
 
     def forget(self, partitions: Sequence[TopicPartition]) -> None:
         """The group gave these partitions to another member: offsets held back for them are dropped. Their new
         owner commits its own, and ours, committed later, could take the group's offset back behind its."""
         for t in partitions:
             self._pending.pop((t.topic, t.partition), None)
+            self._sent.pop((t.topic, t.partition), None)
 
     def flush_commits(self) -> None:
         """Commits what `commit_later` holds back now: when the log falls quiet, so the group's lag reads 0."""
         if self._pending:
             self._consumer.commit(offsets=[TopicPartition(t, p, o) for (t, p), o in sorted(self._pending.items())],
                                   asynchronous=True)
+            self._sent.update(self._pending)
             self._pending.clear()
         self._last_commit = time.monotonic()
+
+    def _on_commit(self, error: KafkaError | None, partitions: Sequence[TopicPartition]) -> None:
+        """librdkafka's answer to a commit (served by a poll). An offset `flush_commits` sent that did not commit
+        (its coordinator moved or restarted, its generation ended) is held back again, to be sent with the next
+        flush, unless a later offset, a transaction or the partition's new owner has taken its place meanwhile:
+        else the group's offset would stay behind what was consumed until the next record came."""
+        for t in partitions:
+            key = (t.topic, t.partition)
+            if self._sent.get(key) != t.offset:
+                continue  # not ours to answer for any more, or a later offset has been sent since
+            del self._sent[key]
+            if error is not None or t.error is not None:
+                self._pending.setdefault(key, t.offset)
 
     def group_metadata(self) -> object:
         return self._consumer.consumer_group_metadata()

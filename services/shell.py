@@ -160,7 +160,11 @@ class ServiceShell:
 
     def _on_stats(self, stats: str) -> None:
         group = json.loads(stats).get("cgrp") or {}
-        self.group = (group.get("state", ""), group.get("join_state", ""))
+        was, self.group = self.group, (group.get("state", ""), group.get("join_state", ""))
+        if was != self.group:
+            # said on each change, so a replica stuck out of step shows in its log (state "up", join state "steady": in step)
+            log.info("%s's consumer: group state %s, join state %s, %s partitions assigned", self.decider.name,
+                     *self.group, group.get("assignment_size"))
         if self.group == ("up", "steady"):
             self.unsettled_since = None
         elif self.unsettled_since is None:

@@ -146,8 +146,10 @@ def test_broker_faults_under_load_lose_nothing(tmp_path: Path, monkeypatch: pyte
         stopping.set()
         if load is not None:
             load.stop.set()
-        plane.stop_all()
-        kafka.stop()
+        try:
+            plane.stop_all()
+        finally:
+            kafka.stop()  # its three brokers must not outlive a failed test
     print(f"time from fault to placements again: {resumed}")
     tails = plane.tails(20)  # what each process logged last, should one of these fail
     assert alive == dict.fromkeys(alive, True), tails

@@ -1,10 +1,13 @@
 """Offsets a consumer holds back for a later commit (batches that wrote nothing) never take the group's offset back
 behind a transaction that committed later offsets, its own or those of the replica the group gave the cell to: a
-service restarted from that older offset would decide again, and write twice, what the transaction's batch decided."""
+service restarted from that older offset would decide again, and write twice, what the transaction's batch decided.
+One whose commit failed is sent again, unless such a later offset has taken its place."""
 
 from __future__ import annotations
 
-from confluent_kafka import TopicPartition
+from types import SimpleNamespace
+
+from confluent_kafka import KafkaError, TopicPartition
 
 from events.log import EventConsumer, LogRecord
 from events.topics import topic_names
@@ -24,7 +27,7 @@ class RecordingConsumer:
 def consumer() -> tuple[EventConsumer, RecordingConsumer]:
     events = object.__new__(EventConsumer)  # no broker: only the held-back commits are under test
     fake = RecordingConsumer()
-    events._consumer, events._pending, events._last_commit = fake, {}, float("inf")  # nothing is due yet
+    events._consumer, events._pending, events._sent, events._last_commit = fake, {}, {}, float("inf")  # none due yet
     return events, fake
 
 
@@ -65,3 +68,51 @@ def test_a_service_forgets_what_it_held_back_for_the_cells_it_gives_up():
     shell._on_revoke(None, [TopicPartition(shell.topics.events, 0)])
     events.flush_commits()
     assert fake.commits == []
+
+
+def answered(events: EventConsumer, error: KafkaError | None, *offsets: tuple[str, int, int]) -> None:
+    """librdkafka's answer to a commit of `offsets`, as a poll serves it."""
+    events._on_commit(error, [TopicPartition(t, p, o) for t, p, o in offsets])
+
+
+LOST = KafkaError(KafkaError.NOT_COORDINATOR)
+
+
+def test_an_offset_whose_commit_failed_is_sent_again_with_the_next_flush():
+    events, fake = consumer()
+    events.commit_later([read("log", 0, 10)])
+    events.flush_commits()
+    answered(events, LOST, ("log", 0, 11))  # the coordinator moved: the group's offset is still behind
+    events.flush_commits()
+    assert fake.commits == [[("log", 0, 11)], [("log", 0, 11)]]
+
+
+def test_an_offset_that_committed_is_not_sent_again():
+    events, fake = consumer()
+    events.commit_later([read("log", 0, 10)])
+    events.flush_commits()
+    answered(events, None, ("log", 0, 11))
+    events.flush_commits()
+    assert fake.commits == [[("log", 0, 11)]]
+
+
+def test_a_failed_commit_that_a_later_offset_or_a_transaction_or_a_new_owner_passed_is_not_sent_again():
+    events, fake = consumer()
+    events.commit_later([read("log", 0, 10), read("log", 1, 3), read("log", 2, 5)])
+    events.flush_commits()
+    events.commit_later([read("log", 0, 12)])  # a later offset, held back
+    events.committed_in_transaction([read("log", 1, 3)])  # a transaction committed offset 4 meanwhile
+    events.forget([TopicPartition("log", 2)])  # the group gave the cell to another replica
+    answered(events, LOST, ("log", 0, 11), ("log", 1, 4), ("log", 2, 6))
+    events.flush_commits()
+    assert fake.commits == [[("log", 0, 11), ("log", 1, 4), ("log", 2, 6)], [("log", 0, 13)]]
+
+
+def test_a_partition_whose_own_commit_failed_is_sent_again_alone():
+    events, fake = consumer()
+    events.commit_later([read("log", 0, 10), read("heartbeats", 0, 4)])
+    events.flush_commits()
+    failed = SimpleNamespace(topic="log", partition=0, offset=11, error=KafkaError(KafkaError.ILLEGAL_GENERATION))
+    events._on_commit(None, [failed, TopicPartition("heartbeats", 0, 5)])  # one partition's own error
+    events.flush_commits()
+    assert fake.commits[-1] == [("log", 0, 11)]
