@@ -77,10 +77,13 @@ def _digest(message: bytes) -> bytes:
 def _levels(leaves: list[bytes]) -> list[list[bytes]]:
     """The Merkle tree bottom up; an odd node out is carried up unpaired."""
     levels = [leaves]
-    while len(levels[-1]) > 1:
-        below = levels[-1]
-        levels.append([_node(below[i], below[i + 1]) if i + 1 < len(below) else below[i]
-                       for i in range(0, len(below), 2)])
+    below = leaves
+    while len(below) > 1:
+        above = [_node(left, right) for left, right in zip(below[::2], below[1::2])]
+        if len(below) & 1:
+            above.append(below[-1])
+        levels.append(above)
+        below = above
     return levels
 
 
@@ -182,6 +185,19 @@ _new_claim = tuple.__new__  # a Claim from its fields in one tuple, without the 
 
 def _claim(topic: str, partition: int, value: bytes | None, headers: Headers) -> Claim | None:
     """The record's claim, or None when its headers claim nothing well formed (or a signature header twice)."""
+    if len(headers) == 5 and value is not None:  # the five headers of a chained record, as `Signer.sign` writes them
+        (s, signer), (b, batch), (g, signature), (p, path), (v, previous) = headers
+        if (s == SIGNER and b == BATCH and g == SIGNATURE and p == PATH and v == PREVIOUS
+                and type(signer) is type(batch) is type(signature) is type(path) is type(previous) is bytes
+                and len(path) >= 8 and len(previous) == _DIGEST):
+            index, count = _POSITION.unpack_from(path)
+            if index < count:
+                try:
+                    name = signer.decode()
+                except UnicodeDecodeError:
+                    return None
+                return _new_claim(Claim, (topic, partition, name, batch, count, previous, signature, index, path,
+                                          _leaf(value)))
     found = dict(headers)
     if len(found) < len(headers) and _twice(headers):
         return None  # two signatures: neither is taken
