@@ -212,7 +212,8 @@ def traced_plane(bootstrap: str, tmp_path: Path, monkeypatch, nodes: int) -> Con
     plane = ControlPlane(bootstrap, tmp_path)
     for service in ("admitter", "placer", "intake"):
         plane.start(service)
-    plane.command("fleet", "fleet", "--nodes", str(nodes), "--nodes-per-rack", "2", "--heartbeat-every", "1h")
+    # -v: its log says when it is up, should the nodes not show
+    plane.command("fleet", "fleet", "--nodes", str(nodes), "--nodes-per-rack", "2", "--heartbeat-every", "1h", "-v")
     return plane
 
 
