@@ -70,6 +70,20 @@ def test_placed_workers_run_with_the_trainer_environment_and_report(tmp_path: Pa
     assert (tmp_path / "n1" / "jobs" / "train" / "a1" / "w0" / "stdout.log").exists()
 
 
+def test_a_gangs_port_is_below_the_ephemeral_ports_and_a_function_of_the_job_alone(tmp_path: Path):
+    """Linux hands out 32768-60999 to outgoing connections (net.ipv4.ip_local_port_range): a rendezvous port in
+    there can already be held by one of them. Every node of a gang derives the same port from the job and attempt."""
+    config = AgentConfig("n1", 4, "H100", "r1", "b1", tmp_path / "n1")
+    assert 1024 <= config.port_base and config.port_base + config.port_span <= 32_768
+    other = NodeAgent(AgentConfig("n2", 4, "H100", "r2", "b2", tmp_path / "n2"), "test-cell")
+    agent = NodeAgent(config, "test-cell")
+    ports = {(job_id, attempt): agent._master_port(job_id, attempt)
+             for job_id in [f"job-{i}" for i in range(2000)] + ["train", "a" * 200] for attempt in (1, 2, 3)}
+    assert all(config.port_base <= port < config.port_base + config.port_span for port in ports.values())
+    assert all(other._master_port(*key) == port for key, port in ports.items()), "the same on every node"
+    assert len(set(ports.values())) > 1000, "spread over the range"
+
+
 def test_a_new_agent_adopts_the_running_worker_and_stops_it_on_cancel(tmp_path: Path):
     log = placed_log(["sleep", "60"], tmp_path)
     first = agent_on(log, tmp_path / "n1")
