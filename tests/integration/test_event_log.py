@@ -3,6 +3,7 @@ seen, consumed offsets commit with the output, undecodable bytes reach the dead-
 
 from __future__ import annotations
 
+import time
 import uuid
 
 import pytest
@@ -34,18 +35,23 @@ def submitted(n: int, cell: str = "cell-a") -> JobSubmitted:
                         gpu_type="H100", labels={"n": str(n)})
 
 
-def read(bootstrap: str, topics: TopicNames, expected: int, cell: str = "cell-a",
-         group: str | None = None, rounds: int = 10) -> list[LogRecord]:
-    consumer = EventConsumer(bootstrap, group or f"g-{uuid.uuid4().hex}", topics, CELLS, assign=[cell])
+def poll_until(consumer: EventConsumer, expected: int, timeout: float = 60.0) -> list[LogRecord]:
+    """Polls until `expected` records arrived or `timeout` seconds passed (a fresh consumer on a loaded broker can
+    take many seconds to fetch its first batch); what arrived, for the caller to check."""
     records: list[LogRecord] = []
+    deadline = time.monotonic() + timeout
+    while len(records) < expected and time.monotonic() < deadline:
+        records += consumer.poll(timeout=1.0)
+    return records
+
+
+def read(bootstrap: str, topics: TopicNames, expected: int, cell: str = "cell-a",
+         group: str | None = None) -> list[LogRecord]:
+    consumer = EventConsumer(bootstrap, group or f"g-{uuid.uuid4().hex}", topics, CELLS, assign=[cell])
     try:
-        for _ in range(rounds):
-            records += consumer.poll(timeout=1.0)
-            if len(records) >= expected:
-                break
+        return poll_until(consumer, expected)
     finally:
         consumer.close()
-    return records
 
 
 def producer(bootstrap: str, topics: TopicNames, name: str = "") -> EventProducer:
@@ -64,7 +70,7 @@ def test_committed_events_decode_back_equal_and_aborted_ones_are_never_seen(kafk
         raise RuntimeError("the service crashed mid-batch")
     with log.transaction():
         log.produce(Tick(envelope=envelope(4)))
-    records = read(kafka_bootstrap, gangway_topics, expected=3, rounds=30)
+    records = read(kafka_bootstrap, gangway_topics, expected=3)
     assert [r.event for r in records] == [submitted(1), placed, Tick(envelope=envelope(4))]
     assert all(r.error is None for r in records)
 
@@ -87,12 +93,8 @@ def test_consumed_offsets_commit_in_the_same_transaction_as_the_output(kafka_boo
     first = read(kafka_bootstrap, gangway_topics, expected=3, group=group)
     assert len(first) == 3
     consumer = EventConsumer(kafka_bootstrap, group, gangway_topics, CELLS, assign=["cell-a"])
-    batch = []
-    for _ in range(10):
-        batch += consumer.poll(timeout=1.0)
-        if len(batch) >= 2:
-            break
-    batch = batch[:2]
+    batch = poll_until(consumer, 2)[:2]
+    assert len(batch) == 2, batch
     service = producer(kafka_bootstrap, gangway_topics, name=f"admitter-{uuid.uuid4().hex}")
     with pytest.raises(RuntimeError), service.transaction(consumer, batch):
         service.produce(Tick(envelope=envelope(10)))
@@ -116,12 +118,9 @@ def test_undecodable_bytes_are_kept_in_the_dead_letter_topic(kafka_bootstrap, ga
         log.produce_dead_letter(poison.dead_letter("admitter", at=1))
     consumer = EventConsumer(kafka_bootstrap, f"g-{uuid.uuid4().hex}",
                              TopicNames(gangway_topics.deadletter, "", ""), ["cell-a"], assign=["cell-a"])
-    letters = []
-    for _ in range(10):
-        letters += consumer.poll(timeout=1.0)
-        if letters:
-            break
+    letters = poll_until(consumer, 1)
     consumer.close()
+    assert letters, "no dead letter within 60 s"
     letter = letters[0].event
     assert isinstance(letter, DeadLetter)
     assert (letter.value, letter.source_offset, letter.error.split(":")[0]) == (b"\x00 not avro", poison.offset,
