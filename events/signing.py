@@ -185,27 +185,22 @@ _new_claim = tuple.__new__  # a Claim from its fields in one tuple, without the 
 
 def _claim(topic: str, partition: int, value: bytes | None, headers: Headers) -> Claim | None:
     """The record's claim, or None when its headers claim nothing well formed (or a signature header twice)."""
-    if len(headers) == 5 and value is not None:  # the five headers of a chained record, as `Signer.sign` writes them
-        (s, signer), (b, batch), (g, signature), (p, path), (v, previous) = headers
-        if (s == SIGNER and b == BATCH and g == SIGNATURE and p == PATH and v == PREVIOUS
-                and type(signer) is type(batch) is type(signature) is type(path) is type(previous) is bytes
-                and len(path) >= 8 and len(previous) == _DIGEST):
-            index, count = _POSITION.unpack_from(path)
-            if index < count:
-                try:
-                    name = signer.decode()
-                except UnicodeDecodeError:
-                    return None
-                return _new_claim(Claim, (topic, partition, name, batch, count, previous, signature, index, path,
-                                          _leaf(value)))
-    found = dict(headers)
-    if len(found) < len(headers) and _twice(headers):
-        return None  # two signatures: neither is taken
-    if value is None or SIGNER not in found or BATCH not in found or SIGNATURE not in found or PATH not in found:
+    if value is None:
         return None
-    signer, batch, signature, path = found[SIGNER], found[BATCH], found[SIGNATURE], found[PATH]
-    linked = PREVIOUS in found
-    previous = found[PREVIOUS] if linked else None
+    if len(headers) == 5:  # a chained record's five, read by position when they come as `Signer.sign` writes them
+        (s, signer), (b, batch), (g, signature), (p, path), (v, previous) = headers
+        linked = s == SIGNER and b == BATCH and g == SIGNATURE and p == PATH and v == PREVIOUS
+    else:
+        linked = False
+    if not linked:
+        found = dict(headers)
+        if len(found) < len(headers) and _twice(headers):
+            return None  # two signatures: neither is taken
+        if SIGNER not in found or BATCH not in found or SIGNATURE not in found or PATH not in found:
+            return None
+        signer, batch, signature, path = found[SIGNER], found[BATCH], found[SIGNATURE], found[PATH]
+        linked = PREVIOUS in found
+        previous = found[PREVIOUS] if linked else None
     if not (type(signer) is type(batch) is type(signature) is type(path) is bytes
             and (not linked or type(previous) is bytes)):  # a header of no value or of text: as its bytes
         signer, batch, signature, path = _bytes(signer), _bytes(batch), _bytes(signature), _bytes(path)
