@@ -7,12 +7,16 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 import yaml
+from confluent_kafka import KafkaException
 
 from events import models as m
+from events.auth import admin_client
+from events.log import ensure_input_topics
 from events.reader import LogReader, read_log
 from services.launcher import Client, LauncherError
 from tests.integration.control_plane import ControlPlane, Operator
@@ -43,11 +47,36 @@ def variant(**spec) -> dict:
     return {**JOB, "spec": {**JOB["spec"], **spec}}
 
 
+def assigned_topics(bootstrap: str, group: str) -> set[str]:
+    """The topics the group's members hold (none while its coordinator is still being found: on a fresh broker,
+    while the offsets topic is made)."""
+    admin = admin_client(bootstrap)  # held while its answer comes
+    try:
+        described = admin.describe_consumer_groups([group])[group].result(timeout=10)
+    except (KafkaException, TimeoutError):
+        return set()
+    return {tp.topic for member in described.members for tp in member.assignment.topic_partitions}
+
+
 @pytest.fixture
-def intake(kafka_bootstrap, gangway_topics, tmp_path: Path):
-    """The intake, which takes the launcher's input topics into the cell's log."""
+def intake(kafka_bootstrap, gangway_topics, topic_prefix, tmp_path: Path):
+    """The intake, which takes the launcher's input topics into the cell's log, holding the operators' and team
+    vision's input topics before the test writes to them: the launcher waits only INTAKE_WAIT_S (30 s) for what it
+    wrote to be taken in, which an intake still starting (imports, joining its group, finding a new input topic,
+    a rebalance) could use up on a loaded machine."""
+    inputs = {gangway_topics.operator_input, gangway_topics.team_input("vision")}
+    ensure_input_topics(kafka_bootstrap, None, sorted(inputs))
     plane = ControlPlane(kafka_bootstrap, tmp_path)
     plane.start("intake")
+    try:
+        deadline = time.monotonic() + 120
+        while (held := assigned_topics(kafka_bootstrap, f"{topic_prefix}gangway-intake")) != inputs:
+            assert time.monotonic() < deadline, (f"the intake did not take {sorted(inputs)} within 120 s (it holds "
+                                                 f"{sorted(held)}):\n{plane.tails(30)}")
+            time.sleep(0.5)
+    except BaseException:
+        plane.stop_all()
+        raise
     yield plane
     assert plane.stop_all() == {"intake": 0}, plane.tails()
 
