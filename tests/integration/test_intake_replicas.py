@@ -44,12 +44,12 @@ def group_assignment(bootstrap: str, group: str) -> list[int]:
     admin = admin_client(bootstrap)
     try:
         described = admin.describe_consumer_groups([group])[group].result(timeout=10)
-    except KafkaException:  # the group's coordinator is still being found
+    except (KafkaException, TimeoutError):  # the group's coordinator is still being found, or slow to answer
         return []
     return sorted(len(member.assignment.topic_partitions) for member in described.members)
 
 
-def assigned(bootstrap: str, group: str, expected: list[int], plane: ControlPlane, timeout: float = 60) -> None:
+def assigned(bootstrap: str, group: str, expected: list[int], plane: ControlPlane, timeout: float = 120) -> None:
     """Waits until the group's members hold `expected` input partitions each (a rebalance takes a while)."""
     deadline = time.monotonic() + timeout
     while (seen := group_assignment(bootstrap, group)) != expected:
