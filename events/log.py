@@ -439,6 +439,8 @@ class EventConsumer:
         self.codec = codec or EventCodec()
         self._pending: dict[tuple[str, int], int] = {}
         self._sent: dict[tuple[str, int], int] = {}  # offsets committed asynchronously whose answer has not come
+        #: when the first of the offset commits failing since the last that went through failed (None: none fails)
+        self.commits_failing_since: float | None = None
         self._missing_ok = False  # whether a subscribed topic that does not exist is no error
         self._met: KafkaException | None = None  # an error met in a batch that had records: the next poll raises it
         self.decode_seconds = 0.0  # time spent decoding, for the service's timings
@@ -575,6 +577,7 @@ class EventConsumer:
         """A transaction committed the offsets after `consumed`: offsets `commit_later` holds back that are not past
         them are dropped, so committing those later cannot take the group's offset back behind the transaction's
         (a restart would then decide again, and write twice, what the transaction's batch decided)."""
+        self.commits_failing_since = None  # the group took the transaction's offsets
         for t in self.next_offsets(consumed):
             key = (t.topic, t.partition)
             for held in (self._pending, self._sent):
@@ -602,13 +605,19 @@ class EventConsumer:
         (its coordinator moved or restarted, its generation ended) is held back again, to be sent with the next
         flush, unless a later offset, a transaction or the partition's new owner has taken its place meanwhile:
         else the group's offset would stay behind what was consumed until the next record came."""
+        failed = error is not None and error.code() != KafkaError._NO_OFFSET
         for t in partitions:
+            failed = failed or t.error is not None
             key = (t.topic, t.partition)
             if self._sent.get(key) != t.offset:
                 continue  # not ours to answer for any more, or a later offset has been sent since
             del self._sent[key]
             if error is not None or t.error is not None:
                 self._pending.setdefault(key, t.offset)
+        if not failed:
+            self.commits_failing_since = None
+        elif self.commits_failing_since is None:
+            self.commits_failing_since = time.monotonic()
 
     def group_metadata(self) -> object:
         return self._consumer.consumer_group_metadata()

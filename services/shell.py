@@ -75,6 +75,10 @@ TRACEPARENT_LENGTH = 55
 UNSETTLED_S = 60.0
 #: How often the consumer reports its group state (librdkafka statistics), for the check above.
 GROUP_STATS_MS = 5_000
+#: A replica whose consumer's offset commits have failed this long, one after another, gives up its cells and joins
+#: its group anew: after every broker restarted, a consumer was seen keeping its cell while nothing it committed
+#: went through (the group's offset stayed behind for good, and closing it hung). Longer than a coordinator's move.
+COMMITS_FAILING_S = 30.0
 #: How long a replica reopening a cell waits for the group to say the cell's committed offset before joining anew.
 COMMITTED_WAIT_S = 10.0
 
@@ -308,7 +312,7 @@ class ServiceShell:
                 raise
             self._read_again(error)
             return 0
-        if self._join_wanted:
+        if self._join_wanted or self._commits_fail():
             self._join_wanted = False
             self._join_again()
             return 0
@@ -393,10 +397,20 @@ class ServiceShell:
         if self.decider.side_input:
             self.consumer.seek_to(runtime.partition, fresh.heartbeat_offset, self.topics.heartbeats)
 
+    def _commits_fail(self) -> bool:
+        """Whether the replica owns cells while its consumer's commits have failed for COMMITS_FAILING_S."""
+        since = self.consumer.commits_failing_since
+        if not self.runtimes or since is None or time.monotonic() - since < COMMITS_FAILING_S:
+            return False
+        log.warning("%s: its consumer's offset commits have failed for %.0f s (group state %s, join state %s)",
+                    self.decider.name, time.monotonic() - since, *self.group)
+        return True
+
     def _join_again(self) -> None:
-        """Without the committed offset a failed batch cannot be told decided or not: the replica gives up its
-        cells, as a revoke would, and a new consumer joins the group, whose assignment reads the offsets afresh.
-        After all brokers restarted, a consumer's `committed` was seen timing out call after call for minutes."""
+        """The replica gives up its cells, as a revoke would, and a new consumer joins the group, whose assignment
+        reads the offsets afresh: when a failed batch cannot be told decided or not without the committed offset
+        (after all brokers restarted, a consumer's `committed` was seen timing out call after call for minutes), or
+        when the consumer's commits keep failing."""
         log.warning("%s gives up its cells and joins its group again with a new consumer", self.decider.name)
         for runtime in self.runtimes.values():
             self._give_up(runtime)

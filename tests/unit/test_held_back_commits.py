@@ -5,13 +5,14 @@ One whose commit failed is sent again, unless such a later offset has taken its 
 
 from __future__ import annotations
 
+import time
 from types import SimpleNamespace
 
 from confluent_kafka import KafkaError, TopicPartition
 
 from events.log import EventConsumer, LogRecord
 from events.topics import topic_names
-from services.shell import ServiceShell
+from services.shell import COMMITS_FAILING_S, ServiceShell
 
 
 class RecordingConsumer:
@@ -28,6 +29,7 @@ def consumer() -> tuple[EventConsumer, RecordingConsumer]:
     events = object.__new__(EventConsumer)  # no broker: only the held-back commits are under test
     fake = RecordingConsumer()
     events._consumer, events._pending, events._sent, events._last_commit = fake, {}, {}, float("inf")  # none due yet
+    events.commits_failing_since = None
     return events, fake
 
 
@@ -116,3 +118,35 @@ def test_a_partition_whose_own_commit_failed_is_sent_again_alone():
     events._on_commit(None, [failed, TopicPartition("heartbeats", 0, 5)])  # one partition's own error
     events.flush_commits()
     assert fake.commits[-1] == [("log", 0, 11)]
+
+
+def test_commits_failing_one_after_another_are_timed_from_the_first_until_one_goes_through():
+    events, _ = consumer()
+    answered(events, KafkaError(KafkaError._NO_OFFSET))  # nothing to commit: no failure
+    assert events.commits_failing_since is None
+    answered(events, LOST, ("log", 0, 11))
+    first = events.commits_failing_since
+    answered(events, LOST, ("log", 0, 11))
+    assert first is not None and events.commits_failing_since == first
+    answered(events, None, ("log", 0, 12))
+    assert events.commits_failing_since is None
+    answered(events, LOST, ("log", 0, 13))
+    events.committed_in_transaction([read("log", 0, 13)])  # a transaction's offsets went through: the group works
+    assert events.commits_failing_since is None
+
+
+def shell_owning(cells: int, failing_for: float | None) -> ServiceShell:
+    """A service shell (no broker) whose consumer's commits have failed for `failing_for` seconds."""
+    events, _ = consumer()
+    events.commits_failing_since = None if failing_for is None else time.monotonic() - failing_for
+    shell = object.__new__(ServiceShell)
+    shell.consumer, shell.runtimes, shell.group = events, dict.fromkeys(range(cells)), ("up", "steady")
+    shell.decider = SimpleNamespace(name="recovery")
+    return shell
+
+
+def test_a_replica_owning_cells_whose_commits_fail_for_long_joins_its_group_again():
+    assert shell_owning(1, COMMITS_FAILING_S + 1)._commits_fail()
+    assert not shell_owning(1, COMMITS_FAILING_S - 5)._commits_fail()  # a coordinator moving: not yet
+    assert not shell_owning(1, None)._commits_fail()
+    assert not shell_owning(0, COMMITS_FAILING_S + 1)._commits_fail()  # owns nothing: the group check covers it
