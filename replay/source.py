@@ -37,10 +37,11 @@ class Log:
     cell: str
     records: list[tuple[int, m.Event]]
     origin: str  # where it was read from, for messages
+    read_to: int = -1  # a live cell read only this far: the log goes on past its records
 
     @property
     def last_offset(self) -> int:
-        return self.records[-1][0] if self.records else -1
+        return max(self.records[-1][0] if self.records else -1, self.read_to)
 
 
 @dataclass(frozen=True)
@@ -92,11 +93,12 @@ def add_source_arguments(parser: argparse.ArgumentParser) -> None:
     group.add_argument("--bootstrap-servers", default=os.environ.get("KAFKA_BOOTSTRAP_SERVERS", "127.0.0.1:9092"))
 
 
-def read_source(args: argparse.Namespace) -> Log:
-    """The log `--cell` or `--log` names. Raises AuditError."""
+def read_source(args: argparse.Namespace, until: Position | None = None) -> Log:
+    """The log `--cell` or `--log` names. With `until` an offset, a live cell is read only that far (the state at an
+    early offset of a long log need not wait for the rest of it). Raises AuditError."""
     if getattr(args, "log", None) is not None:
         return read_file(args.log)
-    return read_cell(args.cell, args.bootstrap_servers)
+    return read_cell(args.cell, args.bootstrap_servers, to=until.offset if until is not None else None)
 
 
 def read_file(path: str | Path) -> Log:
@@ -113,9 +115,9 @@ def read_file(path: str | Path) -> Log:
     return Log(exported.cell, exported.records, str(path))
 
 
-def read_cell(cell: str | None, bootstrap: str, cells: Sequence[str] | None = None) -> Log:
-    """A live cell's committed log from offset 0, as it stands now (undecodable records are left out: they never
-    reached a decider either)."""
+def read_cell(cell: str | None, bootstrap: str, cells: Sequence[str] | None = None, to: int | None = None) -> Log:
+    """A live cell's committed log from offset 0, as it stands now, or up to offset `to` (undecodable records are
+    left out: they never reached a decider either)."""
     from confluent_kafka import KafkaException  # only a live cell needs Kafka: reading a file starts faster
 
     from events.broker import unreachable
@@ -130,10 +132,11 @@ def read_cell(cell: str | None, bootstrap: str, cells: Sequence[str] | None = No
         raise AuditError(problem)
     try:  # each record's bytes and headers are let go as soon as it is read: only its event is kept
         with LogReader([cell], bootstrap, all_cells=cells) as reader, paused_collections():
-            records = [(r.offset, r.event) for r in reader.read() if r.event is not None]
+            short = to is not None and to + 1 < reader.end_offsets()[cell]  # records come after `to`
+            records = [(r.offset, r.event) for r in reader.read(to) if r.event is not None]
     except KafkaException as error:
         raise AuditError(f"reading cell {cell}: {error}") from None
-    return Log(cell, records, f"cell {cell}")
+    return Log(cell, records, f"cell {cell}", read_to=to if short else -1)
 
 
 def upto(log: Log, at: Position | None) -> list[tuple[int, m.Event]]:

@@ -111,7 +111,7 @@ def _state_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _state(args: argparse.Namespace) -> int:
-    log = read_source(args)
+    log = read_source(args, until=args.at)
     view = snapshot.at(upto(log, args.at), log.cell)
     print(json.dumps(asdict(view), indent=1) if args.output == "json" else snapshot.render(view))
     return 0

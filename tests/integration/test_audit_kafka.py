@@ -13,6 +13,7 @@ from events import models as m
 from events.logfile import read_log_file
 from events.submission import job_submitted
 from replay import cli
+from replay.source import read_cell
 from tests.integration.control_plane import ControlPlane, Operator, read_log
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
@@ -102,6 +103,13 @@ def test_every_audit_answers_alike_from_the_live_cell_and_its_exported_log(kafka
                  ["whatif", "--policy", "static", "-o", "json"], ["report", "-o", "json"]):
         live, filed = both(*argv)
         assert live == filed and live.strip(), argv
+    # The state at an early offset reads the live cell only that far; an offset beyond the log is refused either way.
+    early = read_cell("cell-a", kafka_bootstrap, to=20)
+    assert early.last_offset == 20 and max(offset for offset, _ in early.records) <= 20
+    beyond = str(len(read_log_file(exported).records) + 1_000)
+    for source in (["--cell", "cell-a", *common], ["--log", str(exported)]):
+        assert cli.main(["replay", "state", "--at", beyond, *source]) == 1
+        assert f"offset {beyond} is beyond the log of" in capsys.readouterr().err
     borrower = json.loads(both("explain", "borrower", "-o", "json")[0])
     events = [line["event"] for line in borrower["lines"]]
     assert events[:4] == ["JobSubmitted", "JobAdmitted", "JobPlaced", "WorkerStarted"]
