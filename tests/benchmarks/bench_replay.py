@@ -178,20 +178,21 @@ def read_both_ways(cell: str, bootstrap: str, path: Path, runs: int) -> None:
 
     times: dict[str, list[float]] = {}
     n = 0
+    last: dict[str, int] = {}  # each source's last offset: the live cell's count its transaction markers too
     with rare_collections():
         for _ in range(runs):
             for label, read in (("live (--cell)", lambda: read_cell(cell, bootstrap)),
                                 ("exported (--log)", lambda: read_file(path))):
                 signing._signed_here.clear()  # as a reader in another process: every signature is checked
                 start = time.perf_counter()
-                n = len(read().records)
+                log = read()
                 times.setdefault(f"read {label}", []).append(time.perf_counter() - start)
-    last = str(read_file(path).last_offset)
+                n, last[label] = len(log.records), log.last_offset
     for _ in range(runs):
         for label, source in (("live (--cell)", ["--cell", cell, "--bootstrap-servers", bootstrap]),
                               ("exported (--log)", ["--log", str(path)])):
-            start = time.perf_counter()
-            subprocess.run([sys.executable, "-m", "replay.cli", "replay", "state", "--at", last, *source],
+            start = time.perf_counter()  # the state at the source's last offset: every record read and folded
+            subprocess.run([sys.executable, "-m", "replay.cli", "replay", "state", "--at", str(last[label]), *source],
                            cwd=ROOT, check=True, stdout=subprocess.DEVNULL)
             times.setdefault(f"gangway replay state {label}", []).append(time.perf_counter() - start)
     for label, seconds in times.items():
