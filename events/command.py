@@ -5,6 +5,7 @@ keeps its traceback."""
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -12,6 +13,29 @@ from dataclasses import dataclass
 from events.auth import kafka_problem
 
 Body = Callable[[argparse.Namespace], int]
+
+#: Whether a command that has printed its answer ends the process there (`gangway` as an executable: `ends_at_once`).
+_ends_at_once = False
+
+
+def ends_at_once() -> None:
+    """From now on `answered` ends the process: for the `gangway` executable, never for commands run in-process."""
+    global _ends_at_once
+    _ends_at_once = True
+
+
+def answered(code: int) -> int:
+    """A read-only command's exit once its answer is printed. Run as the `gangway` executable, the process ends here,
+    without freeing what the command read and folded (a long log's hundreds of thousands of events: 0.2-0.3 s of a
+    4 s audit) or tearing the interpreter down, as mypy's `hard_exit` does; run in-process, it returns `code`."""
+    if _ends_at_once:
+        try:
+            sys.stdout.flush()
+            sys.stderr.flush()
+        except OSError:
+            return code  # the output could not be written: the ordinary exit reports it
+        os._exit(code)
+    return code
 
 
 @dataclass(frozen=True)

@@ -103,5 +103,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 1
 
 
-if __name__ == "__main__":
+def entry() -> None:
+    """The `gangway` executable: `main`, where a read-only command's process ends once it has answered
+    (events/command.py `answered`)."""
+    from events.command import ends_at_once
+
+    ends_at_once()
     sys.exit(main())
+
+
+if __name__ == "__main__":
+    entry()

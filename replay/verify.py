@@ -21,6 +21,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from events import models as m
+from events.command import answered
 from projections.cell import CellState
 from replay.audit.policy import named
 from replay.source import AuditError, add_source_arguments, audited, read_source
@@ -211,7 +212,7 @@ def _verify(args: argparse.Namespace) -> int:
     if failed:
         first = min((v.first for v in failed if v.first), key=lambda d: (d.basis, d.offset or -1, d.event_id))
         print(render_divergence(first, dict(log.records)))
-    return 1 if failed else 0
+    return answered(1 if failed else 0)
 
 
 def render_divergence(d: Divergence, by_offset: dict[int, m.Event]) -> str:

@@ -9,7 +9,7 @@ import json
 from dataclasses import asdict
 from typing import TYPE_CHECKING
 
-from events.command import Command
+from events.command import Command, answered
 from replay.audit import snapshot
 from replay.audit.text import clock, table
 from replay.source import AuditError, add_source_arguments, audited, position, read_source, upto, window
@@ -53,13 +53,13 @@ def _explain(args: argparse.Namespace) -> int:
                           "offset": story.offset, "policy": policy.version,
                           "lines": [asdict(line) for line in story.lines],
                           "queue": _estimate_json(estimate), "why": asdict(reasons) if reasons else None}, indent=1))
-        return 0
+        return answered(0)
     print(render_timeline(story, log.cell))
     if estimate is not None:
         print(render_estimate(estimate))
     if reasons is not None:
         print(render_why(reasons))
-    return 0
+    return answered(0)
 
 
 def render_timeline(story: Timeline, cell: str) -> str:
@@ -114,7 +114,7 @@ def _state(args: argparse.Namespace) -> int:
     log = read_source(args, until=args.at)
     view = snapshot.at(upto(log, args.at), log.cell)
     print(json.dumps(asdict(view), indent=1) if args.output == "json" else snapshot.render(view))
-    return 0
+    return answered(0)
 
 
 # --- whatif ---------------------------------------------------------------------------------------------------------
@@ -143,7 +143,7 @@ def _whatif(args: argparse.Namespace) -> int:
         raise AuditError(f"--from {args.start} is after --to {args.end}: nothing to re-drive")
     result = whatif.compare(records, log.cell, policy, cut, args.movers, recorded(records).version)
     print(json.dumps(asdict(result), indent=1) if args.output == "json" else whatif.render(result))
-    return 0
+    return answered(0)
 
 
 # --- report -----------------------------------------------------------------------------------------------------------
@@ -170,7 +170,7 @@ def _report(args: argparse.Namespace) -> int:
         raise AuditError(f"unknown team {unknown[0]!r} in {log.origin}; teams: {known}")
     chosen = ledgers.only(args.team) if args.team else ledgers
     print(json.dumps(chosen.as_json(), indent=1) if args.output == "json" else ledger.render(chosen))
-    return 0
+    return answered(0)
 
 
 #: The subcommands this module runs, by name; their help is in the dispatcher (replay/cli.py).
