@@ -15,7 +15,7 @@ from pathlib import Path
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 
 from events import models as m
-from events.auth import SIGNING_KEY_ENV, WRITER_KEYS_ENV, client_config, load_store, service_principal
+from events.auth import SIGNING_KEY_ENV, WRITER_KEYS_ENV, admin_client, client_config, load_store, service_principal
 from events.log import EventProducer
 from events.reader import LogReader
 from events.signing import Signer
@@ -147,16 +147,29 @@ class Operator:
 
 def read_log(bootstrap: str, topics: TopicNames, cell: str = "cell-a", cells: Sequence[str] = ("cell-a",),
              until: Callable[[list[m.Event]], bool] = lambda events: False,
-             timeout: float = 60.0) -> list[tuple[int, m.Event]]:
-    """The cell's committed log as (offset, event), read until `until(events)` holds or the timeout passes."""
+             timeout: float = 60.0, or_fail: Callable[[], str] | None = None) -> list[tuple[int, m.Event]]:
+    """The cell's committed log as (offset, event), read until `until(events)` holds or the timeout passes. With
+    `or_fail` (say, a plane's `tails`), `until` must hold by then: else the test fails with what it returns."""
     logged: list[tuple[int, m.Event]] = []
     deadline = time.monotonic() + timeout
     with LogReader([cell], bootstrap, all_cells=cells, topics=topics) as reader:
         while time.monotonic() < deadline:
             logged += [(r.offset, r.event) for r in reader.poll(0.5) if r.event is not None]
             if until([e for _, e in logged]):
-                break
+                return logged
+    assert or_fail is None, f"not in the log within {timeout:.0f} s:\n{or_fail()}"
     return logged
+
+
+def group_assignments(bootstrap: str, group: str) -> list[list[TopicPartition]]:
+    """The partitions each member of a consumer group holds; none while the group's coordinator is still being
+    found or is slow to answer (on a fresh broker, while the offsets topic is made)."""
+    admin = admin_client(bootstrap)  # held while its answer comes
+    try:
+        described = admin.describe_consumer_groups([group])[group].result(timeout=10)
+    except (KafkaException, TimeoutError):
+        return []
+    return [member.assignment.topic_partitions for member in described.members]
 
 
 def wait_until_caught_up(bootstrap: str, topics: TopicNames, end: int, cell: str = "cell-a",

@@ -10,15 +10,15 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from confluent_kafka import KafkaException, Producer
+from confluent_kafka import Producer
 
 from events import models as m
-from events.auth import Credentials, admin_client, client_config, service_principal, team_principal
+from events.auth import Credentials, client_config, service_principal, team_principal
 from events.broker import quiet_logger
 from events.codec import EventCodec
 from events.log import ensure_input_topic
 from events.submission import job_submitted
-from tests.integration.control_plane import ControlPlane, read_log
+from tests.integration.control_plane import ControlPlane, group_assignments, read_log
 
 pytestmark = [pytest.mark.kafka, pytest.mark.slow]
 
@@ -41,12 +41,7 @@ def submit(bootstrap: str, who: Credentials | None, topic: str, team: str, jobs:
 
 def group_assignment(bootstrap: str, group: str) -> list[int]:
     """How many input partitions each member of the group holds."""
-    admin = admin_client(bootstrap)
-    try:
-        described = admin.describe_consumer_groups([group])[group].result(timeout=10)
-    except (KafkaException, TimeoutError):  # the group's coordinator is still being found, or slow to answer
-        return []
-    return sorted(len(member.assignment.topic_partitions) for member in described.members)
+    return sorted(len(held) for held in group_assignments(bootstrap, group))
 
 
 def assigned(bootstrap: str, group: str, expected: list[int], plane: ControlPlane, timeout: float = 120) -> None:

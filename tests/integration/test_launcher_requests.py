@@ -12,14 +12,12 @@ from pathlib import Path
 
 import pytest
 import yaml
-from confluent_kafka import KafkaException
 
 from events import models as m
-from events.auth import admin_client
 from events.log import ensure_input_topics
 from events.reader import LogReader, read_log
 from services.launcher import Client, LauncherError
-from tests.integration.control_plane import ControlPlane, Operator
+from tests.integration.control_plane import ControlPlane, Operator, group_assignments
 from tests.integration.launcher_cell import ROOT, TEAMS
 
 pytestmark = pytest.mark.kafka
@@ -48,14 +46,8 @@ def variant(**spec) -> dict:
 
 
 def assigned_topics(bootstrap: str, group: str) -> set[str]:
-    """The topics the group's members hold (none while its coordinator is still being found: on a fresh broker,
-    while the offsets topic is made)."""
-    admin = admin_client(bootstrap)  # held while its answer comes
-    try:
-        described = admin.describe_consumer_groups([group])[group].result(timeout=10)
-    except (KafkaException, TimeoutError):
-        return set()
-    return {tp.topic for member in described.members for tp in member.assignment.topic_partitions}
+    """The topics the group's members hold."""
+    return {tp.topic for held in group_assignments(bootstrap, group) for tp in held}
 
 
 @pytest.fixture
