@@ -15,6 +15,7 @@ from pathlib import Path
 from events.arguments import within
 from events.auth import AuthError
 from events.clock import VirtualClock, epoch_from_env, run_clock
+from events.collector import long_lived_from_here
 from events.command import needs_broker
 from events.topics import cells_from_env, topic_names, topic_prefix
 from projections.store import StoreMismatch
@@ -63,6 +64,7 @@ def _run(args: argparse.Namespace) -> int:
     if args.service == "all":
         return _run_all(args)
     stop = StopRequest.listen()  # before anything starts: a stop while starting is a clean exit
+    long_lived_from_here()
     try:
         if args.service == "clock":
             run_clock(args.bootstrap_servers, topics, cells, args.tick_interval,
