@@ -57,8 +57,8 @@ def paused_collections() -> Iterator[None]:
 
 def long_lived_from_here() -> None:
     """For a long-running process that has started: what exists now (its modules, classes and schemas) is never
-    garbage, so the cyclic collector stops scanning it. Each full collection of a running
-    service scanned all of it, stalling the service 58-104 ms at a time under load; now 2-33 ms
-    (docs/benchmarks.md). Objects set aside so are still freed when their last reference goes."""
+    garbage, so the cyclic collector stops scanning it. Each full collection of a running service scanned all of
+    it, stalling the service 58-104 ms at a time under load; now 2-33 ms (docs/benchmarks.md). Objects set aside
+    so are still freed when their last reference goes."""
     gc.collect()
     gc.freeze()

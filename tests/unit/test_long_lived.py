@@ -4,8 +4,9 @@ scan only what came after, and what was set aside is still freed when its last r
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
-from tests.integration.control_plane import ROOT
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def run(code: str) -> str:
@@ -16,7 +17,7 @@ def run(code: str) -> str:
 
 def test_a_full_collection_after_start_scans_only_what_came_after():
     out = run("""
-        import gc, time
+        import gc
         import services.run_cli  # a service's modules, as `gangway run` has them when it starts
         from events.collector import long_lived_from_here
         before = len(gc.get_objects())
