@@ -59,6 +59,6 @@ def long_lived_from_here() -> None:
     """For a long-running process that has started: what exists now (its modules, classes and schemas) is never
     garbage, so the cyclic collector stops scanning it. Each full collection of a running service scanned all of
     it, stalling the service 58-104 ms at a time under load; now 2-33 ms (docs/benchmarks.md). Objects set aside
-    so are still freed when their last reference goes."""
-    gc.collect()
+    so are still freed when their last reference goes. No collection first: at a service's start it found a few
+    hundred objects and took 40-240 ms of the start under load."""
     gc.freeze()

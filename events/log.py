@@ -605,14 +605,16 @@ class EventConsumer:
         (its coordinator moved or restarted, its generation ended) is held back again, to be sent with the next
         flush, unless a later offset, a transaction or the partition's new owner has taken its place meanwhile:
         else the group's offset would stay behind what was consumed until the next record came."""
-        failed = error is not None and error.code() != KafkaError._NO_OFFSET
+        whole = error is not None and error.code() != KafkaError._NO_OFFSET  # _NO_OFFSET: there was nothing to commit
+        failed = whole
         for t in partitions:
-            failed = failed or t.error is not None
+            lost = whole or t.error is not None
+            failed = failed or lost
             key = (t.topic, t.partition)
             if self._sent.get(key) != t.offset:
                 continue  # not ours to answer for any more, or a later offset has been sent since
             del self._sent[key]
-            if error is not None or t.error is not None:
+            if lost:
                 self._pending.setdefault(key, t.offset)
         if not failed:
             self.commits_failing_since = None
