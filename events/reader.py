@@ -54,10 +54,14 @@ class LogReader:
         if unknown:
             raise ValueError(f"unknown cell {unknown[0]!r}; cells: {', '.join(self.all_cells)}")
         self.partitions = {cell_partition(self.all_cells, c): c for c in self.cells}
-        self.starts = {c: max(0, start if isinstance(start, int) else start.get(c, 0)) for c in self.cells}
         self._consumer = EventConsumer(bootstrap_servers or default_bootstrap(), f"reader-{uuid.uuid4().hex}",
                                        self.topics, self.all_cells, principal=principal,
                                        **{"fetch.queue.backoff.ms": FETCH_QUEUE_BACKOFF_MS})
+        self.rewind(start)
+
+    def rewind(self, start: int | Mapping[str, int]) -> None:
+        """Reads on from `start` (one offset for every cell, or one per cell; 0 for a cell not named)."""
+        self.starts = {c: max(0, start if isinstance(start, int) else start.get(c, 0)) for c in self.cells}
         self._consumer.raw.assign([TopicPartition(self.topic, p, self.starts[c])
                                    for p, c in sorted(self.partitions.items())])
 

@@ -1,6 +1,6 @@
 """The Kafka shell of a service: for each cell the consumer group gives it, a replica (services/core/replica.py)
-consumes the cell's committed events; the shell writes the replica's decisions with the consumed offsets in
-one transaction, then saves the replica's state with its offset in one RocksDB write batch.
+consumes the cell's committed events; the shell writes the replica's decisions in one transaction, then saves
+the replica's state with its offset in one RocksDB write batch.
 
 - Cells are partitions: replicas of a service share them as one consumer group, and a cell that moves is
   restored from its RocksDB projection (or rebuilt from offset 0 when it has none). A store remembers the
@@ -8,6 +8,12 @@ one transaction, then saves the replica's state with its offset in one RocksDB w
 - Two transactional producers per service and cell (`gangway-<service>-<cell>` and the same with `~2`), one
   transaction each in turn (events/log.py, `by_turns`): a new owner fences both of the old owner's and aborts
   their open transactions at once.
+- Each decision names the record it was based on (`basis_offset`), so the log itself says how far a replica has
+  decided: a replica opening a cell decides again only after its latest decision's basis there (or the group's
+  committed offset, if later). Its transactions therefore carry no consumed offsets, which saves two of a
+  transaction's five round trips to the broker; the group's offsets follow outside them, now and then, for its
+  lag and for where a store-less replica starts (a batch with dead letters, which the log does not show, still
+  commits its offsets in its transaction).
 - The projection is saved only after the transaction commits, so it never runs ahead of Kafka. If the
   process dies between the two, the events in between are consumed again and their decisions, already in
   the log, are not written twice (the replica remembers them as in flight, which they are).
@@ -81,6 +87,9 @@ GROUP_STATS_MS = 5_000
 COMMITS_FAILING_S = 30.0
 #: How long a replica reopening a cell waits for the group to say the cell's committed offset before joining anew.
 COMMITTED_WAIT_S = 10.0
+#: How many records back from a cell's end a replica opening it first looks for its own latest decision (each look
+#: further back takes twice as many, down to where its store or the group's offset says it had decided).
+SCAN_CHUNK = 2_000
 
 
 def save_every_s(replica: Replica) -> float:
@@ -223,7 +232,7 @@ class ServiceShell:
                 self._join_wanted = True
                 continue
             runtime = self._open(p.partition)
-            runtime.replay_until = max(committed, 0)
+            runtime.replay_until = self._decided_to(runtime, committed)
             starts.append(TopicPartition(p.topic, p.partition, runtime.replica.offset + 1))
             log.info("%s owns %s from offset %d (committed %d)", self.decider.name, runtime.cell,
                      runtime.replica.offset + 1, committed)
@@ -273,6 +282,34 @@ class ServiceShell:
         if self.decider.side_input:
             self._catch_up_side_input(runtime)
         return runtime
+
+    def _decided_to(self, runtime: CellRuntime, committed: int) -> int:
+        """The offset before which every record of the cell has been decided, its decisions in the log: after the
+        basis of the replica's latest decision there, or the group's committed offset if later. A decision's
+        transaction carries no consumed offsets; its basis says as much. Called once the cell's producer has fenced
+        the ids' earlier owners, so no decision of theirs can still come."""
+        committed = max(committed, 0)
+        return max(committed, self._latest_basis(runtime, max(committed, runtime.replica.offset + 1)) + 1)
+
+    def _latest_basis(self, runtime: CellRuntime, start: int) -> int:
+        """The basis offset of the replica's latest decision at or after offset `start` of the cell's log, or -1.
+        A service's transactions commit one after another, so its latest decision on the log is the one with the
+        latest basis: it is looked for from the log's end back, SCAN_CHUNK records first, then twice as many at a
+        time, no further back than `start`."""
+        replica = runtime.replica
+        with LogReader([runtime.cell], self.bootstrap, start, self.cells, self.topics,
+                       principal=self.principal) as reader:
+            high, chunk = reader.end_offsets()[runtime.cell], SCAN_CHUNK
+            while high > start:
+                low = max(start, high - chunk)
+                reader.rewind(low)
+                bases = [record.event.envelope.basis_offset for record in reader.read(high - 1)
+                         if record.event is not None and replica.own(record.event)
+                         and record.event.envelope.basis_offset is not None]
+                if bases:
+                    return max(bases)
+                high, chunk = low, chunk * 2
+        return -1
 
     def _catch_up_side_input(self, runtime: CellRuntime) -> None:
         """Reads the cell's heartbeats from where the store left off to the topic's end, before its main log."""
@@ -387,12 +424,12 @@ class ServiceShell:
         fresh = self._open(runtime.partition)
         # What was committed since the store was saved is in the log: read again, it is folded, not re-decided. So
         # is the batch that failed here if its commit went through after all (a commit whose answer a failover lost
-        # comes back fenced or timed out): the group's offset, committed in the same transaction, tells.
+        # comes back fenced or timed out): its decisions on the log tell (`_decided_to`).
         committed = self._committed(runtime.partition)
         if committed is None:
             self._join_again()
             return
-        fresh.replay_until = max(runtime.replay_until, runtime.written_to, committed)
+        fresh.replay_until = max(runtime.replay_until, runtime.written_to, self._decided_to(fresh, committed))
         self.consumer.seek_to(runtime.partition, fresh.replica.offset + 1)
         if self.decider.side_input:
             self.consumer.seek_to(runtime.partition, fresh.heartbeat_offset, self.topics.heartbeats)
@@ -457,15 +494,16 @@ class ServiceShell:
         clock = self._lap("decide", clock)
         if output or letters:
             # A service gives up on a batch sooner than a launcher would: polling again is what lets its consumer
-            # rejoin the group after a failover, and the batch is then read again.
-            runtime.producer.write(output, letters=letters, consumer=self.consumer, consumed=consumed,
-                                   give_up_after_s=10.0, recover_fenced=False,
+            # rejoin the group after a failover, and the batch is then read again. The decisions' bases say how far
+            # the cell is decided (`_decided_to`); dead letters say nothing on the log, so their offsets go with them.
+            runtime.producer.write(output, letters=letters, consumer=self.consumer if letters else None,
+                                   consumed=consumed if letters else (), give_up_after_s=10.0, recover_fenced=False,
                                    headers=lambda d: headers.get(d.envelope.event_id))
             if records:
                 runtime.written_to = max(runtime.written_to, records[-1].offset + 1)
-        elif consumed:
-            # Nothing to write: no transaction needed. The projection below is what a restart resumes
-            # from, so the group's offsets only need to follow now and then (for lag, and hand-over).
+        if consumed and not letters:
+            # The projection below and the decisions' bases are what a restart resumes from, so the group's offsets
+            # only need to follow now and then (for lag, and where a replica without a store starts looking).
             self.consumer.commit_later(consumed)
         self._lap("commit", clock)
         runtime.unsaved = runtime.unsaved or bool(consumed)

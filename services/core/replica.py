@@ -71,7 +71,7 @@ class Replica:
             return []
         overlay = self._overlay
         if overlay is not None and overlay.laid:
-            own = self._own(event)
+            own = self.own(event)
             if own and overlay.oldest() is self.assumed.get(event.envelope.event_id):
                 overlay.land(overlay.oldest(), offset)  # already folded, exactly as the log has it
                 if not overlay.laid:
@@ -81,7 +81,7 @@ class Replica:
                 self.settle()
         return self.answer(offset, event, fold(self.state, event, offset))
 
-    def _own(self, event: m.Event) -> bool:
+    def own(self, event: m.Event) -> bool:
         """One of this decider's decisions, read back: a record in its name that its signature does not vouch for
         (events/signing.py) is someone else's, even with the id of a decision in flight."""
         envelope = event.envelope
@@ -100,7 +100,7 @@ class Replica:
         replica whose decider answers refusals; a decider that fails on a record answers it with its own
         refusal; decisions that could not be written to the log are replaced by one. All of this is a function
         of the log, so every replica and every replay does the same."""
-        if self._own(event):
+        if self.own(event):
             self.assumed.pop(event.envelope.event_id, None)  # read back: folded where it landed
         if refused is not None:
             if not self.decider.answers_refusals:

@@ -1,14 +1,15 @@
 """The four services as real processes on a real broker: submissions to completion, exactly once
-under kill -9, poison records dead-lettered while the services go on."""
+under kill -9 and with the group's offsets lost, poison records dead-lettered while the services go on."""
 
 from __future__ import annotations
 
 import random
+import shutil
 import time
 from pathlib import Path
 
 import pytest
-from confluent_kafka import Producer
+from confluent_kafka import ConsumerGroupTopicPartitions, Producer, TopicPartition
 
 from events import models as m
 from events.auth import client_config
@@ -112,6 +113,36 @@ def test_kill_9_loses_and_duplicates_no_decision(kafka_bootstrap, gangway_topics
         stored = ProjectionStore(tmp_path / "main" / service / "cell-a").load()
         as_far = fold([(o, e) for o, e in logged if o <= stored.offset])  # the log as far as it had read
         assert differences(stored, as_far) == [], service
+    assert_every_decision_reproduced(logged, tmp_path)
+
+
+def test_a_service_restarted_without_store_or_group_offset_decides_nothing_twice(kafka_bootstrap, gangway_topics,
+                                                                                  kafka_admin, tmp_path: Path):
+    """A decision's transaction carries no consumed offsets: its basis on the log says how far its service decided.
+    With its store gone and its group's offset set back to 0 (it died before either followed its decisions), a
+    restarted admitter folds what it had decided without deciding it again, and decides what came since."""
+    plane = ControlPlane(kafka_bootstrap, tmp_path)
+    plane.start_all()
+    operator = Operator(kafka_bootstrap, gangway_topics)
+    try:
+        operator.cell(nodes=4)
+        first = [operator.submit(f"job-{i}", workers=1, gpus=4).job_id for i in range(3)]
+        read_log(kafka_bootstrap, gangway_topics, until=placed_all(first))
+        assert plane.stop("admitter") == 0
+        shutil.rmtree(tmp_path / "main" / "admitter")
+        group = gangway_topics.events.removesuffix("gangway.events") + "gangway-admitter"
+        rewound = ConsumerGroupTopicPartitions(group, [TopicPartition(gangway_topics.events, 0, 0)])
+        for future in kafka_admin.alter_consumer_group_offsets([rewound]).values():
+            future.result(timeout=30)
+        plane.start("admitter")
+        later = operator.submit("later", workers=1, gpus=4).job_id
+        logged = read_log(kafka_bootstrap, gangway_topics, until=placed_all([*first, later]))
+        wait_until_caught_up(kafka_bootstrap, gangway_topics, logged[-1][0] + 1)
+    finally:
+        plane.stop_all()
+    assert [count(logged, m.JobAdmitted, j) for j in [*first, later]] == [1] * 4
+    ids = [e.envelope.event_id for e in decisions(logged)]
+    assert len(ids) == len(set(ids))
     assert_every_decision_reproduced(logged, tmp_path)
 
 

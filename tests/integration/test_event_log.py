@@ -13,6 +13,7 @@ from events.auth import client_config
 from events.broker import quiet_logger
 from events.log import EventConsumer, EventProducer, LogRecord
 from events.models import DeadLetter, Envelope, JobPlaced, JobSubmitted, Tick, WorkerAssignment
+from events.reader import LogReader
 from events.topics import TopicNames, cell_partition, ensure_topics, topic_names
 
 pytestmark = pytest.mark.kafka
@@ -105,6 +106,22 @@ def test_consumed_offsets_commit_in_the_same_transaction_as_the_output(kafka_boo
     # A restarted replica of the same group resumes right after the two events whose output committed.
     resumed = read(kafka_bootstrap, gangway_topics, expected=2, group=group)
     assert [r.event for r in resumed] == [submitted(2), Tick(envelope=envelope(11))]
+
+
+def test_a_log_reader_rewound_reads_again_from_there_up_to_where_it_is_told(kafka_bootstrap, gangway_topics):
+    log = producer(kafka_bootstrap, gangway_topics)
+    for batch in range(3):
+        with log.transaction():
+            for n in range(3):
+                log.produce(submitted(3 * batch + n))
+    with LogReader(["cell-a"], kafka_bootstrap, all_cells=CELLS, topics=gangway_topics) as reader:
+        whole = [(r.offset, r.event) for r in reader.read()]
+        offsets = [offset for offset, _ in whole]
+        assert [e for _, e in whole] == [submitted(n) for n in range(9)]
+        reader.rewind(offsets[4])  # back, after reading to the end
+        assert [(r.offset, r.event) for r in reader.read(offsets[6])] == whole[4:7]
+        reader.rewind(offsets[1])  # further back still
+        assert [(r.offset, r.event) for r in reader.read(offsets[3])] == whole[1:4]
 
 
 def test_undecodable_bytes_are_kept_in_the_dead_letter_topic(kafka_bootstrap, gangway_topics):

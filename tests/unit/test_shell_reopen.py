@@ -1,6 +1,7 @@
 """A service opening a cell (assigned to it, or reopened after a failed batch) asks the group for the cell's committed
 offset once, briefly; when the group does not say it (all brokers just restarted), the replica gives up its cells and
-joins its group again with a new consumer, instead of retrying for minutes deaf to SIGTERM (services/shell.py)."""
+joins its group again with a new consumer, instead of retrying for minutes deaf to SIGTERM (services/shell.py). It
+decides again only past the later of that offset and its latest decision's basis on the log."""
 
 from __future__ import annotations
 
@@ -49,9 +50,14 @@ def runtime(partition: int, offset: int) -> SimpleNamespace:
                            heartbeat_offset=0)
 
 
-def shell_with(committed: int | None) -> tuple[ServiceShell, list[Consumer]]:
+def shell_with(committed: int | None, latest_basis: int = -1) -> tuple[ServiceShell, list[Consumer]]:
     shell = object.__new__(ServiceShell)  # no broker: only the reopening of a cell is under test
     joined: list[Consumer] = []
+    looked: list[int] = []
+
+    def latest(runtime, start: int) -> int:  # the log as the scan would find it: its latest decision's basis
+        looked.append(start)
+        return latest_basis
 
     def join() -> Consumer:
         joined.append(Consumer())
@@ -69,6 +75,7 @@ def shell_with(committed: int | None) -> tuple[ServiceShell, list[Consumer]]:
         return shell.runtimes[partition]
 
     shell._open = reopened
+    shell._latest_basis, shell.looked = latest, looked
     return shell, joined
 
 
@@ -79,6 +86,13 @@ def test_a_cell_reopens_from_its_store_with_the_committed_offset_as_the_replay_b
     assert shell.consumer.raw.asked == [shell_module.COMMITTED_WAIT_S]
     assert shell.runtimes[0].replay_until == 45 and shell.consumer.sought == [(0, 31)]
     assert failed.store.closed and not joined
+
+
+def test_a_cell_reopens_past_its_latest_decision_when_that_is_past_the_committed_offset() -> None:
+    shell, joined = shell_with(committed=45, latest_basis=52)
+    shell._reopen(shell.runtimes[0])
+    assert shell.looked == [45]  # from the committed offset on: before it, every record was decided
+    assert shell.runtimes[0].replay_until == 53 and shell.consumer.sought == [(0, 31)]
 
 
 def test_a_group_that_does_not_say_the_committed_offset_is_joined_again_with_a_new_consumer() -> None:
@@ -102,8 +116,8 @@ class Assigned:
         self.starts = [(t.topic, t.partition, t.offset) for t in starts]
 
 
-def assigning(committed: int | None) -> tuple[ServiceShell, list[Consumer], Assigned]:
-    shell, joined = shell_with(committed)
+def assigning(committed: int | None, latest_basis: int = -1) -> tuple[ServiceShell, list[Consumer], Assigned]:
+    shell, joined = shell_with(committed, latest_basis)
     shell.runtimes, shell._join_wanted = {}, False
     shell.decider = SimpleNamespace(name="placer", side_input=True)
     return shell, joined, Assigned()
@@ -116,6 +130,13 @@ def test_an_assigned_cell_opens_with_the_committed_offset_as_the_replay_bound() 
     assert shell.runtimes[0].replay_until == 45
     assert raw.starts == [("events", 0, 31), ("heartbeats", 0, 0)]
     assert not shell._join_wanted and not joined
+
+
+def test_an_assigned_cell_with_no_committed_offset_decides_again_only_past_its_latest_decision() -> None:
+    shell, joined, raw = assigning(committed=-1001, latest_basis=40)  # librdkafka: no offset committed
+    shell._on_assign(raw, [TopicPartition("events", 0)])
+    assert shell.looked == [31]  # from its store's offset on
+    assert shell.runtimes[0].replay_until == 41 and raw.starts == [("events", 0, 31)]
 
 
 def test_an_assignment_the_group_gives_no_offset_for_is_not_opened_and_the_group_joined_again() -> None:
