@@ -1,9 +1,12 @@
 """Benchmark of the control plane on Kafka: submit-to-placed latency and sustained throughput.
 
-One cell of 253 nodes x 8 GPUs = 2,024 GPUs (a phase's 2,000 gangs and its 20 warm-up gangs); the four services
-and the intake run as separate processes with exactly-once transactions and RocksDB projections; single-GPU
-gangs. Each phase first waits until 20 gangs have been placed (warm-up: the intake has found the team's input
-topic and every service owns the cell, as in a cell that has been running). Phase 1 submits at a fixed rate
+One cell per phase, of 8-GPU nodes in racks of 11, with room for every gang the phase submits (its warm-up's
+included: 286 nodes by default); the four services and the intake run as separate processes with exactly-once
+transactions and RocksDB projections; single-GPU gangs. Each phase first warms up, unmeasured, as a cell that has
+been running is warm: it waits until 20 gangs have been placed (the intake has found the team's input topic and
+every service owns the cell), then submits at phase 1's rate for --warm-up-s seconds (default 1) and waits until
+those are placed too (the broker's compiled code and each process's caches are warm; --warm-up-s 0 measures a
+plane fresh from idle, whose first second is slower). Phase 1 submits at a fixed rate
 (default 200/s for 10 s) and reports submit-to-placed latency p50 / p99 (wall clock from the launcher's produce()
 to the moment a reader sees JobPlaced), split in two at the moment the admitter produced JobPlaced (the record's
 CreateTime): submit-to-decided (the submission's delivery, the intake's hop, the admitter's fetch and decision)
@@ -11,8 +14,8 @@ and decided-to-visible (its transaction's commit and the reader's fetch of what 
 Phase 2 (a fresh cell and topics) submits 2,000 gangs as fast as one producer can and reports
 gangs placed per second from the first submission to the last placement.
 
-    python3 tests/benchmarks/bench_control_plane.py [--rate 200] [--seconds 10] [--burst 2000] [--direct]
-                                                    [--brokers 1|3] [--unsigned]
+    python3 tests/benchmarks/bench_control_plane.py [--rate 200] [--seconds 10] [--burst 2000] [--warm-up-s 1]
+                                                    [--direct] [--brokers 1|3] [--unsigned]
 """
 
 from __future__ import annotations
@@ -67,7 +70,13 @@ class PlacedWatcher(threading.Thread):
         self.reader.close()
 
 
-def setup(bootstrap: str, state: Path, name: str):
+#: Gangs placed first, before the warm-up at the phase's rate: the intake has found the team's input topic.
+FIRST_GANGS = 20
+#: Nodes per rack of the benchmark's cells.
+RACK = 11
+
+
+def setup(bootstrap: str, state: Path, name: str, gangs: int):
     import os
     prefix = f"bench-{name}-{uuid.uuid4().hex[:6]}."
     os.environ["GANGWAY_TOPIC_PREFIX"] = prefix
@@ -77,7 +86,8 @@ def setup(bootstrap: str, state: Path, name: str):
     (state / name).mkdir(parents=True)
     plane.start_all()
     operator = Operator(bootstrap, topics)
-    operator.cell(nodes=253, racks=23, quota=100_000)
+    racks = -(-gangs // (8 * RACK))  # whole racks of 8-GPU nodes with a GPU for each single-GPU gang
+    operator.cell(nodes=racks * RACK, racks=racks, quota=100_000)
     watcher = PlacedWatcher(bootstrap, topics)
     watcher.start()
     launcher = Producer({**client_config(bootstrap), "enable.idempotence": True, "acks": "all",
@@ -98,16 +108,32 @@ def submit(launcher: Producer, topics, codec: EventCodec, operator: Operator, jo
 
 
 def warm_up(launcher: Producer, topics, codec: EventCodec, operator: Operator, watcher: PlacedWatcher, name: str,
-            direct: bool) -> float:
-    """Submits a few gangs and waits until they are placed: the team's input topic exists, the intake has found it
-    and every service owns the cell, as in a cell that has been running. Returns the seconds it took."""
+            direct: bool, rate: float, seconds: float) -> float:
+    """Submits a few gangs and waits until they are placed (the team's input topic exists, the intake has found it
+    and every service owns the cell), then submits at `rate` for `seconds` and waits until those are placed too:
+    a cell that has been running. Returns the seconds the first few took."""
     began = time.perf_counter()
-    jobs = [f"warm-{name}-{i}" for i in range(20)]
+    jobs = [f"warm-{name}-{i}" for i in range(FIRST_GANGS)]
     for job in jobs:
         submit(launcher, topics, codec, operator, job, direct)
     launcher.flush(30)
     wait_placed(watcher, jobs)
-    return time.perf_counter() - began
+    ready = time.perf_counter() - began
+    steady = [f"warm-{name}-{FIRST_GANGS + i}" for i in range(int(rate * seconds))]
+    submit_at(rate, steady, lambda job: submit(launcher, topics, codec, operator, job, direct))
+    launcher.flush(30)
+    wait_placed(watcher, steady)
+    return ready
+
+
+def submit_at(rate: float, jobs: list[str], send) -> None:
+    """Calls `send` for each job, the i-th at i / rate seconds from now."""
+    began = time.perf_counter()
+    for i, job in enumerate(jobs):
+        target = began + i / rate
+        while time.perf_counter() < target:
+            time.sleep(0.0005)
+        send(job)
 
 
 def print_timings(state: Path, name: str) -> None:
@@ -129,6 +155,8 @@ def main() -> int:
     parser.add_argument("--rate", type=float, default=200.0)
     parser.add_argument("--seconds", type=float, default=10.0)
     parser.add_argument("--burst", type=int, default=2000)
+    parser.add_argument("--warm-up-s", type=float, default=1.0,
+                        help="seconds of submissions at --rate, unmeasured, before each phase (0: from idle)")
     parser.add_argument("--bootstrap-servers", default=None)
     parser.add_argument("--brokers", type=int, choices=(1, 3), default=1,
                         help="the local cluster's size: 3 replicates every topic three times, min.insync.replicas 2")
@@ -150,20 +178,21 @@ def main() -> int:
                 os.environ.pop(SIGNING_KEY_ENV, None)
                 os.environ.pop(WRITER_KEYS_ENV, None)
         try:
-            topics, plane, operator, watcher, launcher = setup(bootstrap, Path(scratch), "latency")
-            ready = warm_up(launcher, topics, codec, operator, watcher, "latency", args.direct)
-            print(f"warm-up: the first 20 gangs placed {ready:.1f} s after their submission")
+            warming = FIRST_GANGS + int(args.rate * args.warm_up_s)
+            total = int(args.rate * args.seconds)
+            topics, plane, operator, watcher, launcher = setup(bootstrap, Path(scratch), "latency", warming + total)
+            ready = warm_up(launcher, topics, codec, operator, watcher, "latency", args.direct, args.rate,
+                            args.warm_up_s)
+            print(f"warm-up: the first {FIRST_GANGS} gangs placed {ready:.1f} s after their submission, then "
+                  f"{args.warm_up_s:g} s at {args.rate:.0f}/s")
             sent: dict[str, float] = {}
             sent_wall: dict[str, float] = {}
-            total = int(args.rate * args.seconds)
-            began = time.perf_counter()
-            for i in range(total):
-                target = began + i / args.rate
-                while time.perf_counter() < target:
-                    time.sleep(0.0005)
-                job = f"lat-{i}"
+
+            def send(job: str) -> None:
                 sent[job], sent_wall[job] = time.perf_counter(), time.time()
                 submit(launcher, topics, codec, operator, job, args.direct)
+
+            submit_at(args.rate, [f"lat-{i}" for i in range(total)], send)
             launcher.flush(30)
             wait_placed(watcher, list(sent))
             latencies = sorted((watcher.placed[j] - sent[j]) * 1000 for j in sent if j in watcher.placed)
@@ -182,8 +211,8 @@ def main() -> int:
                       f"p99 {values[int(0.99 * (len(values) - 1))]:.1f} ms")
             print_timings(Path(scratch), "latency")
 
-            topics, plane, operator, watcher, launcher = setup(bootstrap, Path(scratch), "burst")
-            warm_up(launcher, topics, codec, operator, watcher, "burst", args.direct)
+            topics, plane, operator, watcher, launcher = setup(bootstrap, Path(scratch), "burst", warming + args.burst)
+            warm_up(launcher, topics, codec, operator, watcher, "burst", args.direct, args.rate, args.warm_up_s)
             jobs = [f"burst-{i}" for i in range(args.burst)]
             began = time.perf_counter()
             for job in jobs:
