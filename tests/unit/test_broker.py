@@ -63,6 +63,15 @@ def test_one_node_config_has_rf_1_internal_topics_and_no_rebalance_delay(tmp_pat
     assert kafka.bootstrap_servers == "127.0.0.1:19500"
 
 
+@pytest.mark.parametrize(("cores", "network", "io"), [(1, 1, 2), (2, 1, 2), (4, 2, 4), (16, 8, 16)])
+def test_a_local_broker_serves_requests_with_threads_sized_to_the_machine(tmp_path: Path, monkeypatch, cores: int,
+                                                                          network: int, io: int) -> None:
+    monkeypatch.setattr(os, "cpu_count", lambda: cores)
+    kafka = LocalKafka(data_dir=tmp_path, port=19500)
+    conf = props(render_server_properties(kafka.nodes[0], kafka.nodes))
+    assert (conf["num.network.threads"], conf["num.io.threads"]) == (str(network), str(io))
+
+
 def test_three_node_config_replicates_three_ways_with_min_isr_2(tmp_path: Path) -> None:
     kafka = LocalKafka(data_dir=tmp_path, nodes=3, port=19600)
     assert [(n.node_id, n.port, n.controller_port) for n in kafka.nodes] == [
