@@ -15,7 +15,7 @@ import signal
 import socket
 import subprocess
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -594,10 +594,11 @@ def quiet_logger() -> logging.Logger:
     return logger
 
 
-def unreachable(bootstrap_servers: str, hint: str = "") -> str:
+def unreachable(bootstrap_servers: str, hint: str = "", answers: Callable[[float], bool] | None = None) -> str:
     """'' when a broker answers at `bootstrap_servers` (within 5 s); else the one line that says none does and how
-    to start one, with `hint` as one more way out."""
-    if cluster_node_ids(bootstrap_servers, timeout=5):
+    to start one, with `hint` as one more way out. `answers(timeout)` asks over a client the caller holds already
+    (`LogReader.answers`), instead of an admin client's connections of its own."""
+    if answers(5) if answers is not None else cluster_node_ids(bootstrap_servers, timeout=5):
         return ""
     return (f"no Kafka broker answers at {bootstrap_servers} (start one with `gangway kafka start`, or set "
             f"KAFKA_BOOTSTRAP_SERVERS / --bootstrap-servers{hint})")

@@ -71,6 +71,15 @@ class LogReader:
     def __exit__(self, *_: object) -> None:
         self.close()
 
+    def answers(self, timeout: float = 5.0) -> bool:
+        """Whether a broker answers within `timeout` seconds, asked over this reader's own connection (which its
+        reads then use)."""
+        try:
+            self._consumer.raw.list_topics(self.topic, timeout=timeout)
+        except KafkaException:
+            return False
+        return True
+
     def cell_of(self, record: LogRecord) -> str:
         return self.partitions[record.partition]
 

@@ -127,11 +127,11 @@ def read_cell(cell: str | None, bootstrap: str, cells: Sequence[str] | None = No
     cell = cell or cells[0]
     if cell not in cells:
         raise AuditError(f"unknown cell {cell!r}; cells: {', '.join(cells)} ($GANGWAY_CELLS)")
-    problem = unreachable(bootstrap, hint=", or read an exported log with --log FILE")
-    if problem:
-        raise AuditError(problem)
     try:  # each record's bytes and headers are let go as soon as it is read: only its event is kept
         with LogReader([cell], bootstrap, all_cells=cells) as reader, paused_collections():
+            problem = unreachable(bootstrap, hint=", or read an exported log with --log FILE", answers=reader.answers)
+            if problem:
+                raise AuditError(problem)
             short = to is not None and to + 1 < reader.end_offsets()[cell]  # records come after `to`
             records = [(r.offset, r.event) for r in reader.read(to) if r.event is not None]
     except KafkaException as error:

@@ -177,3 +177,10 @@ def test_a_long_running_command_without_a_broker_says_so_and_exits(capsys):
     """It waited on the broker out of reach of Ctrl-C (`run all` printed a TimeoutError and went on)."""
     code, line = refused(capsys, "fleet", "--nodes", "4", "--bootstrap-servers", "127.0.0.1:1")
     assert code == 1 and line.startswith("gangway fleet: no Kafka broker answers at 127.0.0.1:1")
+
+
+def test_an_audit_of_a_live_cell_without_a_broker_says_so_in_one_line(capsys):
+    code, line = refused(capsys, "replay", "state", "--at", "5", "--cell", "cell-a",
+                         "--bootstrap-servers", "127.0.0.1:1")
+    assert code == 1 and line.startswith("gangway replay state: no Kafka broker answers at 127.0.0.1:1")
+    assert line.endswith("or read an exported log with --log FILE)")
