@@ -150,3 +150,61 @@ def test_an_assignment_the_group_gives_no_offset_for_is_not_opened_and_the_group
     assert shell.poll_once() == 0  # once the callback has returned: a new consumer joins the group
     assert joined and shell.consumer is joined[0] and stuck.closed.wait(5)
     assert not shell._join_wanted
+
+
+class Log:
+    """A cell's log as `_latest_basis` reads it: (offset, event) pairs, read by chunks it rewinds to."""
+
+    def __init__(self, records: list) -> None:
+        self.records, self.start, self.reads = records, 0, []
+
+    def __call__(self, cells, bootstrap, start, *args, **kwargs) -> Log:  # stands in for the LogReader class
+        self.start = start
+        return self
+
+    def __enter__(self) -> Log:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        pass
+
+    def end_offsets(self) -> dict[str, int]:
+        return {"cell-0": len(self.records)}
+
+    def rewind(self, start: int) -> None:
+        self.start = start
+
+    def read(self, to: int):
+        self.reads.append((self.start, to))
+        return [SimpleNamespace(offset=o, event=e) for o, e in self.records[self.start:to + 1]]
+
+
+def decision(producer: str, basis: int) -> SimpleNamespace:
+    return SimpleNamespace(producer=producer, envelope=SimpleNamespace(basis_offset=basis))
+
+
+def scanning(monkeypatch, records: list) -> tuple[ServiceShell, Log, SimpleNamespace]:
+    log = Log(records)
+    monkeypatch.setattr(shell_module, "LogReader", log)
+    monkeypatch.setattr(shell_module, "SCAN_CHUNK", 10)
+    shell = object.__new__(ServiceShell)
+    shell.bootstrap, shell.cells, shell.topics, shell.principal = "kafka", ("cell-0",), None, None
+    replica = SimpleNamespace(own=lambda event: event is not None and event.producer == "admitter")
+    return shell, log, SimpleNamespace(cell="cell-0", replica=replica)
+
+
+def test_the_latest_decision_is_looked_for_from_the_end_back_in_doubling_chunks(monkeypatch) -> None:
+    records = [(o, None) for o in range(100)]
+    records[30] = (30, decision("admitter", 28))
+    records[40] = (40, decision("placer", 39))  # another service's: not this replica's
+    shell, log, runtime = scanning(monkeypatch, records)
+    assert shell._latest_basis(runtime, 5) == 28
+    assert log.reads == [(90, 99), (70, 89), (30, 69)]  # 10 records, then 20, then 40: found in the third
+
+
+def test_no_decision_since_the_start_leaves_nothing_decided_past_it(monkeypatch) -> None:
+    records = [(o, None) for o in range(100)]
+    records[3] = (3, decision("admitter", 2))  # before the start: the store or the group says as much already
+    shell, log, runtime = scanning(monkeypatch, records)
+    assert shell._latest_basis(runtime, 20) == -1
+    assert log.reads == [(90, 99), (70, 89), (30, 69), (20, 29)]  # no further back than the start
