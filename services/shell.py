@@ -303,9 +303,7 @@ class ServiceShell:
             while high > start:
                 low = max(start, high - chunk)
                 reader.rewind(low)
-                bases = [record.event.envelope.basis_offset for record in reader.read(high - 1)
-                         if record.event is not None and replica.own(record.event)
-                         and record.event.envelope.basis_offset is not None]
+                bases = [basis for record in reader.read(high - 1) if (basis := _basis(record, replica)) is not None]
                 if bases:
                     return max(bases)
                 high, chunk = low, chunk * 2
@@ -565,6 +563,17 @@ class ServiceShell:
         now = time.perf_counter()
         self.timings.seconds[phase] += now - since
         return now
+
+
+def _basis(record: LogRecord, replica: Replica) -> int | None:
+    """The basis offset of one of the replica's own decisions, read back; None for any other record, and for a basis
+    not before the record itself (no decision is based on a record after it: such a basis would stop the replica
+    deciding for good)."""
+    event = record.event
+    if event is None or not replica.own(event):
+        return None
+    basis = event.envelope.basis_offset
+    return basis if basis is not None and 0 <= basis < record.offset else None
 
 
 def _set_trace(runtime: CellRuntime, job: str, parent: str) -> None:

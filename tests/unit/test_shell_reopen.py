@@ -179,7 +179,7 @@ class Log:
         return [SimpleNamespace(offset=o, event=e) for o, e in self.records[self.start:to + 1]]
 
 
-def decision(producer: str, basis: int) -> SimpleNamespace:
+def decision(producer: str, basis: int | None) -> SimpleNamespace:
     return SimpleNamespace(producer=producer, envelope=SimpleNamespace(basis_offset=basis))
 
 
@@ -197,6 +197,9 @@ def test_the_latest_decision_is_looked_for_from_the_end_back_in_doubling_chunks(
     records = [(o, None) for o in range(100)]
     records[30] = (30, decision("admitter", 28))
     records[40] = (40, decision("placer", 39))  # another service's: not this replica's
+    records[95] = (95, decision("admitter", 10**9))  # a basis past the record itself: no decision is based so
+    records[96] = (96, decision("admitter", -1))
+    records[97] = (97, decision("admitter", None))
     shell, log, runtime = scanning(monkeypatch, records)
     assert shell._latest_basis(runtime, 5) == 28
     assert log.reads == [(90, 99), (70, 89), (30, 69)]  # 10 records, then 20, then 40: found in the third
