@@ -74,6 +74,23 @@ def _digest(message: bytes) -> bytes:
     return hashlib.sha256(message).digest()
 
 
+def _top(leaves: list[bytes]) -> bytes:
+    """The Merkle root over `leaves` (at least one): `_levels(leaves)[-1][0]`, without keeping the levels."""
+    sha = hashlib.sha256
+    if len(leaves) <= 3:  # most transactions write a few records: their roots without the loop's lists
+        if len(leaves) == 1:
+            return leaves[0]
+        pair = sha(b"\x01" + leaves[0] + leaves[1]).digest()
+        return pair if len(leaves) == 2 else sha(b"\x01" + pair + leaves[2]).digest()
+    below = leaves
+    while (count := len(below)) > 1:
+        above = [sha(b"\x01" + below[i] + below[i + 1]).digest() for i in range(0, count - 1, 2)]
+        if count & 1:
+            above.append(below[-1])
+        below = above
+    return below[0]
+
+
 def _levels(leaves: list[bytes]) -> list[list[bytes]]:
     """The Merkle tree bottom up; an odd node out is carried up unpaired."""
     levels = [leaves]
@@ -173,12 +190,11 @@ class Claim(NamedTuple):
     path: bytes  # the header as written: index and count, then the siblings on the way to the root
     leaf: bytes
 
-    @property
-    def batch_key(self) -> tuple:
-        """What every record of one batch claims alike."""
-        return self.topic, self.partition, self.signer, self.batch, self.count, self.previous
 
-
+_LEAF = Claim._fields.index("leaf")
+#: A claim's first fields, what every record of one batch claims alike: `claim[:_KEY]` is its batch's key.
+_KEY = Claim._fields.index("previous") + 1
+_COUNT = Claim._fields.index("count")
 _POSITION = struct.Struct(">II")  # a path header's index and count
 _new_claim = tuple.__new__  # a Claim from its fields in one tuple, without the keyword handling of Claim(...)
 
@@ -230,13 +246,17 @@ def _bytes(raw: bytes | str | None) -> bytes:
 def _whole_batches(claims: Sequence[Claim | None]) -> list[list[int]]:
     """The positions among `claims` of each batch (of more than one record) whose every record is there exactly
     once, in the batch's order. A copy of a record spoils its batch: its records are then checked alone."""
-    batches: dict[tuple, tuple[int, dict[int, int | None]]] = {}  # batch -> (its size, {index: position})
+    batches: dict[tuple, dict[int, int | None]] = {}  # batch's key -> {index: position}
     for at, claim in enumerate(claims):
         if claim is not None and claim.count > 1:
-            _, members = batches.setdefault(claim.batch_key, (claim.count, {}))
-            members[claim.index] = None if claim.index in members else at
-    return [[members[i] for i in range(count)] for count, members in batches.values()
-            if len(members) == count and None not in members.values()]
+            key = claim[:_KEY]  # its batch's key
+            members = batches.get(key)
+            if members is None:
+                batches[key] = members = {}
+            index = claim.index
+            members[index] = None if index in members else at
+    return [[members[i] for i in range(key[_COUNT])] for key, members in batches.items()
+            if len(members) == key[_COUNT] and None not in members.values()]
 
 
 class Verifier:
@@ -247,6 +267,7 @@ class Verifier:
 
         self._public = dict(public_keys)
         self._keys = {name: VerifyKey(key) for name, key in public_keys.items()}
+        self._names = {name.encode(): name for name in self._keys}  # a signer header's bytes -> the writer
         #: digests of messages checked or chained to -> the writer that vouches for each: a link proves a message
         #: only in the name of the writer whose authentic message links to it, never in another writer's name
         self._authentic_messages: OrderedDict[bytes, str] = OrderedDict()
@@ -264,19 +285,40 @@ class Verifier:
         a batch found authentic vouches for the one its writer chained before it, and a run of a writer's batches
         costs one signature check. A batch whose every record is among them is checked once, on the root its
         records' values make, rather than record by record along each one's path."""
-        claims = [_claim(*record) for record in records]
+        claims = self._claims(records)
         whole = _whole_batches(claims)
         grouped = {at for positions in whole for at in positions}
         units = whole + [[at] for at in range(len(records)) if at not in grouped]
         out: list[str | None] = [None] * len(records)
+        authentic, alone = self._authentic, self._alone
         for positions in sorted(units, key=max, reverse=True):  # newest first
             if len(positions) == 1:
-                out[positions[0]] = self._alone(claims[positions[0]])
+                out[positions[0]] = alone(claims[positions[0]])
                 continue
-            root = _levels([claims[at].leaf for at in positions])[-1][0]
-            signer = self._authentic(claims[max(positions)], root)
+            signer = authentic(claims[max(positions)], _top([claims[at][_LEAF] for at in positions]))
             for at in positions:
-                out[at] = signer if signer is not None else self._alone(claims[at])
+                out[at] = signer if signer is not None else alone(claims[at])
+        return out
+
+    def _claims(self, records: Sequence[tuple[str, int, bytes | None, Headers]]) -> list[Claim | None]:
+        """`_claim` of each record. A record signed as `Signer.sign` writes, by a writer this verifier knows, is
+        read inline: most records of a log are, and a call per record and header is what reading them costs."""
+        out: list[Claim | None] = []
+        keep, names, sha, position = out.append, self._names, hashlib.sha256, _POSITION.unpack_from
+        for record in records:
+            topic, partition, value, headers = record
+            if value is not None and len(headers) == 5:
+                (s, signer), (b, batch), (g, signature), (p, path), (v, previous) = headers
+                name = names.get(signer)
+                if name is not None and s == SIGNER and b == BATCH and g == SIGNATURE and p == PATH and \
+                        v == PREVIOUS and type(batch) is type(signature) is type(path) is type(previous) is bytes \
+                        and len(path) >= 8 and len(previous) == _DIGEST:
+                    index, count = position(path)
+                    if index < count:
+                        keep(_new_claim(Claim, (topic, partition, name, batch, count, previous, signature, index,
+                                                path, sha(b"\x00" + value).digest())))
+                        continue
+            keep(_claim(*record))
         return out
 
     def _alone(self, claim: Claim | None) -> str | None:
@@ -292,17 +334,18 @@ class Verifier:
         key = self._keys.get(claim.signer)
         if key is None:
             return None
-        message = _message(claim.signer, claim.batch, claim.topic, claim.partition, claim.count, root, claim.previous)
-        digest = _digest(message)
-        if self._authentic_messages.get(digest) == claim.signer:
+        topic, partition, signer, batch, count, previous = claim[:6]
+        message = _message(signer, batch, topic, partition, count, root, previous)
+        digest = hashlib.sha256(message).digest()
+        if self._authentic_messages.get(digest) == signer:
             self._authentic_messages.move_to_end(digest)
         elif _signed_here.get(digest) != (self._public[claim.signer], claim.signature):  # not signed here with it
             if not self._checks(key, message, claim.signature):
                 return None
             self._remember(digest, claim.signer)
-        if claim.previous is not None:
-            self._remember(claim.previous, claim.signer)  # the writer's own word, in an authentic message
-        return claim.signer
+        if previous is not None:
+            self._remember(previous, signer)  # the writer's own word, in an authentic message
+        return signer
 
     @staticmethod
     def _checks(key, message: bytes, signature: bytes) -> bool:

@@ -339,3 +339,29 @@ def test_hostile_inputs_taken_in_never_stop_the_fold_and_keep_no_oversized_origi
         refused += [d.envelope.reason for d in replica.consume(offset, event) if isinstance(d, m.RecordRefused)]
     assert m.Reason.OVERSIZED in refused and refused.count(m.Reason.NOT_ITS_WRITER) >= 3
     assert set(replica.state.taken) == {"team/nlp"}
+
+
+@pytest.mark.parametrize("count", range(1, 18))
+def test_a_batchs_root_is_the_top_of_its_tree(count: int) -> None:
+    leaves = [signing._leaf(f"record {i}".encode()) for i in range(count)]
+    assert signing._top(leaves) == signing._levels(leaves)[-1][0]
+
+
+def test_records_read_inline_claim_what_each_claims_read_alone() -> None:
+    """`Verifier._claims` reads records signed as `Signer.sign` writes them inline; whatever it reads, it must
+    claim exactly what `_claim` claims of the record."""
+    first = signed("admitter", [b"a", b"b"])  # a writer's first batch: four headers, no link
+    chained = signed("admitter", [b"c", b"d", b"e"])  # five headers, linked to the first
+    unknown = Signer("stranger", bytes([9]) * 32).sign(TOPIC, 0, [b"f", b"g"])
+    records = [(TOPIC, 0, b"a", first[0]), (TOPIC, 0, b"b", first[1]),
+               *[(TOPIC, 0, v, h) for v, h in zip([b"c", b"d", b"e"], chained)],
+               (TOPIC, 0, b"f", unknown[0]), (TOPIC, 0, b"g", unknown[1]),
+               (TOPIC, 0, None, chained[0]),  # no value
+               (TOPIC, 0, b"c", [(k, v.decode("latin-1")) for k, v in chained[0]]),  # headers as text
+               (TOPIC, 0, b"c", [*chained[0][:3], (signing.PATH, struct.pack(">II", 3, 3)), chained[0][4]]),  # index >= count
+               (TOPIC, 0, b"c", [*chained[0][:3], (signing.PATH, b"\x00" * 7), chained[0][4]]),  # path too short
+               (TOPIC, 0, b"c", [*chained[0][:4], (signing.PREVIOUS, b"short")]),  # a link of the wrong length
+               (TOPIC, 0, b"c", [chained[0][1], chained[0][0], *chained[0][2:]]),  # headers in another order
+               (TOPIC, 0, b"c", [(signing.SIGNER, b"\xff\xfe"), *chained[0][1:]])]  # a name that is not UTF-8
+    assert verifier()._claims(records) == [signing._claim(*record) for record in records]
+    assert verifier()._claims(records)[2] is not None
