@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import operator
 import os
 import threading
 import time
@@ -68,6 +69,12 @@ class LogRecord(NamedTuple):
             value=None if self.value is None else value[:KEPT_BYTES], error=(reason or str(self.error))[:4096],
             value_size=len(value), value_sha256=hashlib.sha256(value).hexdigest(),
         )
+
+
+#: A LogRecord from its fields in one tuple, without the keyword handling of LogRecord(...): one per record read.
+_new_record = tuple.__new__
+#: What a record's signature is checked on: its topic, partition, value and headers.
+_SIGNED_FIELDS = operator.itemgetter(*(LogRecord._fields.index(f) for f in ("topic", "partition", "value", "headers")))
 
 
 def retrying(call, attempts: int = 20, pause_s: float = 0.5):
@@ -523,8 +530,9 @@ class EventConsumer:
                 event, error = None, undecodable
             if event is not None and topic in signed_topics:
                 signed.append(len(records))
-            keep(LogRecord(topic, message.partition(), message.offset(), message.key(), value, event, error,
-                           message.timestamp()[1], tuple(message.headers() or ())))
+            headers = message.headers()
+            keep(_new_record(LogRecord, (topic, message.partition(), message.offset(), message.key(), value, event,
+                                         error, message.timestamp()[1], tuple(headers) if headers else ())))
         if signed:
             self._vouch(records, signed)
         self.decode_seconds += time.perf_counter() - began
@@ -547,8 +555,7 @@ class EventConsumer:
                                     f"to check them with: set {WRITER_KEYS_ENV} to the {WRITER_KEYS_FILE} beside the "
                                     f"broker's principal store")
             return
-        signers = self.verifier.signers_of([(r.topic, r.partition, r.value, r.headers)
-                                            for r in (records[i] for i in signed)])
+        signers = self.verifier.signers_of(list(map(_SIGNED_FIELDS, map(records.__getitem__, signed))))
         for i, who in zip(signed, signers):
             record = records[i]
             if record.topic == self._signed[0]:
