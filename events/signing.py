@@ -104,9 +104,11 @@ def _levels(leaves: list[bytes]) -> list[list[bytes]]:
     return levels
 
 
-def _root(leaf: bytes, index: int, count: int, path: bytes) -> bytes | None:
-    """The root `leaf` at `index` of `count` leads to along `path`, or None when the path does not fit."""
-    node, at = leaf, 0
+def _path_nodes(leaf: bytes, index: int, count: int, path: bytes) -> tuple[bytes, dict[tuple[int, int], bytes]] | None:
+    """The root `leaf` at `index` of `count` leads to along `path`, and every node met on the way (the leaf, the
+    siblings its path gives, the nodes made, the root) by (level, index); None when the path does not fit."""
+    nodes = {(0, index): leaf}
+    node, at, level = leaf, 0, 0
     while count > 1:
         sibling = index ^ 1
         if sibling < count:
@@ -114,10 +116,34 @@ def _root(leaf: bytes, index: int, count: int, path: bytes) -> bytes | None:
                 return None
             other = path[at:at + _DIGEST]
             at += _DIGEST
+            nodes[(level, sibling)] = other
             node = _node(other, node) if index & 1 else _node(node, other)
         index //= 2
         count = (count + 1) // 2
-    return node if at == len(path) else None
+        level += 1
+        nodes[(level, index)] = node
+    return (node, nodes) if at == len(path) else None
+
+
+def _meets(known: dict[tuple[int, int], bytes], leaf: bytes, index: int, count: int, path: bytes) -> bool:
+    """Whether `leaf`'s way up along `path` meets one of the `known` nodes of its batch's tree (walked as
+    `_path_nodes` walks it): then it leads where that node does."""
+    node, at, level = leaf, 0, 0
+    while True:
+        if known.get((level, index)) == node:
+            return True
+        if count <= 1:
+            return False
+        sibling = index ^ 1
+        if sibling < count:
+            if at + _DIGEST > len(path):
+                return False
+            other = path[at:at + _DIGEST]
+            at += _DIGEST
+            node = _node(other, node) if index & 1 else _node(node, other)
+        index //= 2
+        count = (count + 1) // 2
+        level += 1
 
 
 @dataclass(frozen=True)
@@ -291,13 +317,14 @@ class Verifier:
         units = whole + [[at] for at in range(len(records)) if at not in grouped]
         out: list[str | None] = [None] * len(records)
         authentic, alone = self._authentic, self._alone
+        known: dict[tuple, dict[tuple[int, int], bytes]] = {}  # per batch, the nodes found on the way to its root
         for positions in sorted(units, key=max, reverse=True):  # newest first
             if len(positions) == 1:
-                out[positions[0]] = alone(claims[positions[0]])
+                out[positions[0]] = alone(claims[positions[0]], known)
                 continue
             signer = authentic(claims[max(positions)], _top([claims[at][_LEAF] for at in positions]))
             for at in positions:
-                out[at] = signer if signer is not None else alone(claims[at])
+                out[at] = signer if signer is not None else alone(claims[at], known)
         return out
 
     def _claims(self, records: Sequence[tuple[str, int, bytes | None, Headers]]) -> list[Claim | None]:
@@ -321,12 +348,26 @@ class Verifier:
             keep(_claim(*record))
         return out
 
-    def _alone(self, claim: Claim | None) -> str | None:
-        """A record checked on its own: its value's leaf along its path to the batch's root."""
+    def _alone(self, claim: Claim | None, known: dict[tuple, dict[tuple[int, int], bytes]]) -> str | None:
+        """A record checked without the rest of its batch: its value's leaf along its path to the batch's root. A
+        batch split between polls has several such records: once one has led to an authentic root, every node met
+        on its way is `known`, and the next record of that batch is vouched for where its way up meets one (most
+        meet the first at one hash up, not at the root)."""
         if claim is None:
             return None
-        root = _root(claim.leaf, claim.index, claim.count, claim.path[8:])
-        return None if root is None else self._authentic(claim, root)
+        batch = claim[:_KEY]
+        path = claim.path[8:]
+        met = known.get(batch)
+        if met is not None and _meets(met, claim.leaf, claim.index, claim.count, path):
+            return claim.signer
+        walked = _path_nodes(claim.leaf, claim.index, claim.count, path)
+        if walked is None:
+            return None
+        root, nodes = walked
+        signer = self._authentic(claim, root)
+        if signer is not None:
+            known.setdefault(batch, {}).update(nodes)
+        return signer
 
     def _authentic(self, claim: Claim, root: bytes) -> str | None:
         """The claimed signer, when the batch it claims, with `root`, is known authentic, chained to from an

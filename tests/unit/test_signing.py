@@ -20,7 +20,7 @@ from services.policy import DEFAULT_POLICY
 from tests.builders import env, fold, job, node, quota, team, topology
 
 TOPIC = "gangway.events"
-original_root = signing._root
+original_path_nodes = signing._path_nodes
 SEEDS = {name: bytes([i]) * 32 for i, name in enumerate(("admin", "admitter", "placer", "clock", "intake"), 1)}
 
 
@@ -168,7 +168,7 @@ def test_a_whole_batch_is_checked_on_the_root_its_values_make_and_a_broken_one_r
     """Every record of a batch at hand: one root from their values, no path walked. A copy of one of its records
     (written again), a value changed, or a size claimed that no batch has: each record is then checked alone."""
     walked = []
-    monkeypatch.setattr(signing, "_root", lambda *args: walked.append(args) or original_root(*args))
+    monkeypatch.setattr(signing, "_path_nodes", lambda *args: walked.append(args) or original_path_nodes(*args))
     records = batches("admitter", [4, 3])
     check, counting = elsewhere(monkeypatch)
     assert check.signers_of(records) == ["admitter"] * 7
@@ -176,13 +176,37 @@ def test_a_whole_batch_is_checked_on_the_root_its_values_make_and_a_broken_one_r
     copied = [*records[:4], records[1], *records[4:]]
     check, counting = elsewhere(monkeypatch)
     assert check.signers_of(copied) == ["admitter"] * 8
-    assert len(walked) == 5 and counting["admitter"].checked == 1  # the first batch's five records alone
+    # the first batch's five records alone: one walks to the root, the others meet the nodes it found
+    assert len(walked) == 1 and counting["admitter"].checked == 1
     topic, partition, value, headers = records[2]
     changed = [*records[:2], (topic, partition, value + b"!", headers), *records[3:]]
     check, _ = elsewhere(monkeypatch)
     assert check.signers_of(changed) == ["admitter", "admitter", None, "admitter", "admitter", "admitter", "admitter"]
     huge = [(n, struct.pack(">II", 0, 2**32 - 1) if n == "gw-path" else v) for n, v in headers]
     assert check.signers_of([(topic, partition, value, huge)]) == [None]
+
+
+def test_a_batch_split_between_polls_walks_to_its_root_once_a_poll_and_a_changed_record_is_still_caught(
+        monkeypatch) -> None:
+    """A transaction's records may arrive over two polls: neither part is a whole batch. One record of each part
+    walks its path to the root; the others of that part are vouched for where their way up meets a node it found.
+    A record whose value changed meets none, walks on to a root no one signed, and is not vouched for."""
+    walked = []
+    monkeypatch.setattr(signing, "_path_nodes", lambda *args: walked.append(args) or original_path_nodes(*args))
+    records = batches("admitter", [13])
+    check, counting = elsewhere(monkeypatch)
+    assert check.signers_of(records[:6]) == ["admitter"] * 6
+    assert check.signers_of(records[6:]) == ["admitter"] * 7
+    assert (len(walked), counting["admitter"].checked) == (2, 1)
+    topic, partition, value, headers = records[9]
+    changed = [*records[6:9], (topic, partition, value + b"!", headers), *records[10:]]
+    walked.clear()
+    check, counting = elsewhere(monkeypatch)
+    assert check.signers_of(changed) == ["admitter"] * 3 + [None] + ["admitter"] * 3
+    assert (len(walked), counting["admitter"].checked) == (2, 2)  # the changed record walks, and its root fails
+    for at in range(13):  # a part of any size, from anywhere in the batch
+        for end in range(at + 1, 14):
+            assert verifier().signers_of(records[at:end]) == ["admitter"] * (end - at)
 
 
 def test_a_record_without_its_link_or_with_two_links_is_not_vouched_for(monkeypatch) -> None:
