@@ -445,9 +445,14 @@ def _hold(state: CellState, job: Job, assignments: list[m.WorkerAssignment], dom
         for g in a.gpus:
             node.holder[g] = job.job_id
         state.cluster.recount(node)
-    job.assignments = tuple((a.worker, a.node, tuple(a.gpus)) for a in assignments)
+    job.assignments = _assignments(assignments)
     job.domain = domain
     state.note_moved(job.job_id)
+
+
+def _assignments(assignments: list[m.WorkerAssignment]) -> tuple[tuple[int, str, tuple[int, ...]], ...]:
+    """A decision's worker assignments as a job holds them."""
+    return tuple((a.worker, a.node, tuple(a.gpus)) for a in assignments)
 
 
 def _unhold(state: CellState, job: Job) -> None:
@@ -478,13 +483,20 @@ def _job_placed(state: CellState, e: m.JobPlaced, offset: int) -> None:
         if job is not None:
             _note(job, e, offset, SUPERSEDED)
         return
-    _unhold(state, job)
+    # The binding of the very plan its admission holds (the admitter's own, right after it): whether it is
+    # assignable reads the same with the plan's GPUs held by the job as with them let go, so they stay held.
+    binds_its_plan = e.domain == job.domain and job.assignments == _assignments(e.assignments)
+    if not binds_its_plan:
+        _unhold(state, job)
     if not _assignable(state, job, e.assignments):
+        if binds_its_plan:
+            _unhold(state, job)
         _note(job, e, offset, m.Reason.PLACEMENT_SUPERSEDED.value)  # the placer plans again from scratch
         return
     _decided_about(state, e, offset)
     _note(job, e, offset)
-    _hold(state, job, e.assignments, e.domain)
+    if not binds_its_plan:
+        _hold(state, job, e.assignments, e.domain)
     state.set_state(job, JobState.PLACED)
 
 
