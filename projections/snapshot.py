@@ -16,6 +16,7 @@ from projections.cell import CellState
 from projections.cluster import Node
 from projections.evolve import RETIRED_PER_ROW
 from projections.jobs import Checkpoint, Job, JobState
+from projections.jsonbytes import dumps
 from projections.tenancy import PriorityClass, Quota, Team, TeamPreemption
 from projections.validate import Limits
 
@@ -56,7 +57,7 @@ def rows(state: CellState, keys: Iterable[str]) -> Iterator[tuple[str, bytes | N
     """(key, JSON bytes) for each key; None for a row that no longer exists."""
     for key in keys:
         value = _row(state, key)
-        yield key, None if value is None else json.dumps(value, sort_keys=True, separators=(",", ":")).encode()
+        yield key, None if value is None else dumps(value)
 
 
 def _row(state: CellState, key: str) -> Any:
