@@ -227,17 +227,31 @@ class Invariants:
             check_backfill(state, event, offset, self.claimed)
         if isinstance(event, m.JobPlaced):
             check_placement(state, event, offset)
-        requests: dict[str, list[m.PreemptionRequested]] = {}
-        for decision in new:
-            if isinstance(decision, m.PreemptionRequested):
-                check_preemption(state, decision, cell.policy.preemption)
-                requests.setdefault(decision.for_job_id, []).append(decision)
-        for batch in requests.values():
-            check_keeps_nominal(state, batch, cell.policy.preemption.keep_nominal)
+        self.check_preemptions(cell, offset, new)
         if self.purity and not isinstance(event, m.NodeHeartbeat):
             self.check_pure(cell, event, offset, new)
         self.claimed = {(name, g): job for name in sorted(state.cluster.claimed_on)
                         for g, job in state.cluster.nodes[name].claimed.items()}
+
+    @staticmethod
+    def check_preemptions(cell, offset: int, new: list[m.Event]) -> None:
+        """Each preemption is judged on the state its decider saw: the log up to the event it answers, with that
+        decider's own earlier decisions still in flight laid over it (a hold it released just before, say)."""
+        asked = [d for d in new if isinstance(d, m.PreemptionRequested)]
+        for replica in cell.replicas:
+            mine = [d for d in asked if d.envelope.producer == replica.decider.name]
+            if not mine:
+                continue
+            overlay = lay(cell.state, [d for d in replica.assumed.values() if d.envelope.basis_offset != offset])
+            try:
+                requests: dict[str, list[m.PreemptionRequested]] = {}
+                for decision in mine:
+                    check_preemption(cell.state, decision, cell.policy.preemption)
+                    requests.setdefault(decision.for_job_id, []).append(decision)
+                for batch in requests.values():
+                    check_keeps_nominal(cell.state, batch, cell.policy.preemption.keep_nominal)
+            finally:
+                overlay.lift()
 
     @staticmethod
     def check_pure(cell, event: m.Event, offset: int, new: list[m.Event]) -> None:

@@ -5,9 +5,10 @@ import yaml
 from hypothesis import HealthCheck, given, note, settings
 from hypothesis import strategies as st
 
+from events import models as m
 from replay.scenario.play import run
 from tests.property.invariants import Invariants
-from tests.property.streams import DataChooser, stream, time_shared
+from tests.property.streams import DataChooser, stream, time_shared, time_shared_cell
 
 SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -30,6 +31,30 @@ def test_every_invariant_holds_under_least_attained_service(data):
     checks = Invariants()
     outcome = run(scenario, observers=[checks])
     assert checks.events == len(outcome.cell.log)
+
+
+#: (at s, job, team, GPUs, runs for min, priority class): at 2,190 s the preemptor answers three holds in a row. It
+#: releases short7's and short0's, then asks long0 (team a, time-shared) and long1 (team b, borrowing) to make room
+#: for short1. Judged with the two released holds still counted, short1 would have to borrow to run, which allows
+#: no preemption of long1; the preemptor judged it with its own releases laid over, as it decides, and reclaimed.
+_RELEASED_BEFORE = [(0, "long0", "a", 4, 60, None), (0, "long1", "b", 4, 60, None), (0, "long2", "b", 8, 60, None),
+                    (300, "short2", "b", 4, 4, "high"), *[(300, f"short{i}", "a", 2, 3, None) for i in (6, 8, 9, 10, 11)],
+                    (302, "short5", "a", 2, 3, None), (786, "short4", "a", 8, 4, "high"), (842, "short3", "a", 2, 15, None),
+                    (1321, "short7", "a", 2, 3, None), (1560, "short0", "a", 2, 3, None), (1560, "short1", "a", 4, 3, None)]
+
+
+def test_a_preemption_is_judged_with_its_deciders_earlier_decisions_in_flight_laid_over():
+    inputs = [{"at": at * 1000, "submit": {"job": job, "team": team, "gpus_per_worker": gpus, "runs_for": runs * 60_000,
+                                           **({"priority_class": cls} if cls else {})}}
+              for at, job, team, gpus, runs, cls in _RELEASED_BEFORE]
+    scenario = time_shared_cell(inputs, quota_a=8, time_share="Any", min_runtime="0s", checkpoint_grace="0s",
+                                consolidate=False, checkpoint_every="5m")
+    checks = Invariants()
+    outcome = run(scenario, observers=[checks])
+    assert checks.events == len(outcome.cell.log)
+    asked = [(d.job_id, d.envelope.reason) for d in outcome.cell.log
+             if isinstance(d, m.PreemptionRequested) and d.for_job_id == "short1"]
+    assert asked == [("long0", m.Reason.TIME_SHARED), ("long1", m.Reason.RECLAIM_LENT_QUOTA)]
 
 
 @settings(SETTINGS, max_examples=15)
