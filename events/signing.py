@@ -104,9 +104,14 @@ def _levels(leaves: list[bytes]) -> list[list[bytes]]:
     return levels
 
 
-def _path_nodes(leaf: bytes, index: int, count: int, path: bytes) -> tuple[bytes, dict[tuple[int, int], bytes]] | None:
+def _climb(leaf: bytes, index: int, count: int, path: bytes,
+           known: dict[tuple[int, int], bytes] | None = None) -> tuple[bytes, dict[tuple[int, int], bytes]] | None:
     """The root `leaf` at `index` of `count` leads to along `path`, and every node met on the way (the leaf, the
-    siblings its path gives, the nodes made, the root) by (level, index); None when the path does not fit."""
+    siblings its path gives, the nodes made) by (level, index); None when the path does not fit. `known` are nodes
+    of the batch's tree met on earlier climbs that led to an authentic root: where a node of this climb and the
+    sibling its path gives are both the tree's, their parent is the tree's too and is looked up, not hashed. The
+    answer is the same with or without them (so every reader takes the same records, however its polls split a
+    batch); only the hashing is spared."""
     nodes = {(0, index): leaf}
     node, at, level = leaf, 0, 0
     while count > 1:
@@ -117,33 +122,15 @@ def _path_nodes(leaf: bytes, index: int, count: int, path: bytes) -> tuple[bytes
             other = path[at:at + _DIGEST]
             at += _DIGEST
             nodes[(level, sibling)] = other
-            node = _node(other, node) if index & 1 else _node(node, other)
+            parent = None
+            if known is not None and known.get((level, index)) == node and known.get((level, sibling)) == other:
+                parent = known.get((level + 1, index // 2))  # both children are the tree's: so is their parent
+            node = parent or (_node(other, node) if index & 1 else _node(node, other))
         index //= 2
         count = (count + 1) // 2
         level += 1
         nodes[(level, index)] = node
     return (node, nodes) if at == len(path) else None
-
-
-def _meets(known: dict[tuple[int, int], bytes], leaf: bytes, index: int, count: int, path: bytes) -> bool:
-    """Whether `leaf`'s way up along `path` meets one of the `known` nodes of its batch's tree (walked as
-    `_path_nodes` walks it): then it leads where that node does."""
-    node, at, level = leaf, 0, 0
-    while True:
-        if known.get((level, index)) == node:
-            return True
-        if count <= 1:
-            return False
-        sibling = index ^ 1
-        if sibling < count:
-            if at + _DIGEST > len(path):
-                return False
-            other = path[at:at + _DIGEST]
-            at += _DIGEST
-            node = _node(other, node) if index & 1 else _node(node, other)
-        index //= 2
-        count = (count + 1) // 2
-        level += 1
 
 
 @dataclass(frozen=True)
@@ -350,17 +337,13 @@ class Verifier:
 
     def _alone(self, claim: Claim | None, known: dict[tuple, dict[tuple[int, int], bytes]]) -> str | None:
         """A record checked without the rest of its batch: its value's leaf along its path to the batch's root. A
-        batch split between polls has several such records: once one has led to an authentic root, every node met
-        on its way is `known`, and the next record of that batch is vouched for where its way up meets one (most
-        meet the first at one hash up, not at the root)."""
+        batch split between polls has several such records: the nodes met on the way to a root found authentic are
+        `known`, so the next record of that batch climbs by looking them up (most meet the first at its leaf's
+        sibling) instead of hashing its whole path."""
         if claim is None:
             return None
         batch = claim[:_KEY]
-        path = claim.path[8:]
-        met = known.get(batch)
-        if met is not None and _meets(met, claim.leaf, claim.index, claim.count, path):
-            return claim.signer
-        walked = _path_nodes(claim.leaf, claim.index, claim.count, path)
+        walked = _climb(claim.leaf, claim.index, claim.count, claim.path[8:], known.get(batch))
         if walked is None:
             return None
         root, nodes = walked

@@ -20,7 +20,8 @@ from services.policy import DEFAULT_POLICY
 from tests.builders import env, fold, job, node, quota, team, topology
 
 TOPIC = "gangway.events"
-original_path_nodes = signing._path_nodes
+original_climb = signing._climb
+original_node = signing._node
 SEEDS = {name: bytes([i]) * 32 for i, name in enumerate(("admin", "admitter", "placer", "clock", "intake"), 1)}
 
 
@@ -168,7 +169,7 @@ def test_a_whole_batch_is_checked_on_the_root_its_values_make_and_a_broken_one_r
     """Every record of a batch at hand: one root from their values, no path walked. A copy of one of its records
     (written again), a value changed, or a size claimed that no batch has: each record is then checked alone."""
     walked = []
-    monkeypatch.setattr(signing, "_path_nodes", lambda *args: walked.append(args) or original_path_nodes(*args))
+    monkeypatch.setattr(signing, "_climb", lambda *args: walked.append(args) or original_climb(*args))
     records = batches("admitter", [4, 3])
     check, counting = elsewhere(monkeypatch)
     assert check.signers_of(records) == ["admitter"] * 7
@@ -176,8 +177,7 @@ def test_a_whole_batch_is_checked_on_the_root_its_values_make_and_a_broken_one_r
     copied = [*records[:4], records[1], *records[4:]]
     check, counting = elsewhere(monkeypatch)
     assert check.signers_of(copied) == ["admitter"] * 8
-    # the first batch's five records alone: one walks to the root, the others meet the nodes it found
-    assert len(walked) == 1 and counting["admitter"].checked == 1
+    assert len(walked) == 5 and counting["admitter"].checked == 1  # the first batch's five records alone
     topic, partition, value, headers = records[2]
     changed = [*records[:2], (topic, partition, value + b"!", headers), *records[3:]]
     check, _ = elsewhere(monkeypatch)
@@ -186,27 +186,46 @@ def test_a_whole_batch_is_checked_on_the_root_its_values_make_and_a_broken_one_r
     assert check.signers_of([(topic, partition, value, huge)]) == [None]
 
 
-def test_a_batch_split_between_polls_walks_to_its_root_once_a_poll_and_a_changed_record_is_still_caught(
+def test_a_batch_split_between_polls_hashes_its_way_up_once_a_poll_and_a_changed_record_is_still_caught(
         monkeypatch) -> None:
-    """A transaction's records may arrive over two polls: neither part is a whole batch. One record of each part
-    walks its path to the root; the others of that part are vouched for where their way up meets a node it found.
-    A record whose value changed meets none, walks on to a root no one signed, and is not vouched for."""
-    walked = []
-    monkeypatch.setattr(signing, "_path_nodes", lambda *args: walked.append(args) or original_path_nodes(*args))
-    records = batches("admitter", [13])
+    """A transaction's records may arrive over two polls: neither part is a whole batch, so each record climbs its
+    path to the root alone. The first of a part hashes its way up; the others look up the nodes it met instead of
+    hashing again. A record whose value changed meets none, hashes on to a root no one signed and is refused."""
+    records = batches("admitter", [13])  # a tree four levels high
+    hashed = []
+    monkeypatch.setattr(signing, "_node", lambda *args: hashed.append(args) or original_node(*args))
     check, counting = elsewhere(monkeypatch)
     assert check.signers_of(records[:6]) == ["admitter"] * 6
     assert check.signers_of(records[6:]) == ["admitter"] * 7
-    assert (len(walked), counting["admitter"].checked) == (2, 1)
+    assert counting["admitter"].checked == 1
+    assert len(hashed) <= 15  # each part's first climb four hashes, the rest few: climbing each alone hashes 13 x 4
     topic, partition, value, headers = records[9]
     changed = [*records[6:9], (topic, partition, value + b"!", headers), *records[10:]]
-    walked.clear()
     check, counting = elsewhere(monkeypatch)
     assert check.signers_of(changed) == ["admitter"] * 3 + [None] + ["admitter"] * 3
-    assert (len(walked), counting["admitter"].checked) == (2, 2)  # the changed record walks, and its root fails
+    assert counting["admitter"].checked == 2  # the changed record's root is not the signed one: checked, refused
     for at in range(13):  # a part of any size, from anywhere in the batch
         for end in range(at + 1, 14):
             assert verifier().signers_of(records[at:end]) == ["admitter"] * (end - at)
+
+
+@pytest.mark.parametrize("spoil", ["an upper sibling", "a byte more", "a byte less"])
+def test_a_record_with_a_spoiled_path_is_refused_alone_and_beside_the_rest_of_its_batch(spoil: str) -> None:
+    """Every reader must take the same records, however its polls split a batch: a record whose value is the
+    writer's but whose path is not is refused when read alone, and as well when another record of its batch was
+    found authentic just before it (whose nodes its climb looks up). A climb that stopped at the first node it
+    knew took such a record."""
+    records = batches("admitter", [8])
+    topic, partition, value, headers = records[5]
+    path = dict(headers)[signing.PATH]
+    spoiled = {"an upper sibling": path[:-1] + bytes([path[-1] ^ 1]), "a byte more": path + b"\x00",
+               "a byte less": path[:-1]}[spoil]
+    record = (topic, partition, value, [(n, spoiled if n == signing.PATH else v) for n, v in headers])
+    assert verifier().signers_of([record]) == [None]
+    # read newest first: records[6] is found authentic before the spoiled record climbs
+    assert verifier().signers_of([record, records[6]]) == [None, "admitter"]
+    assert verifier().signers_of([records[4], record, records[6]]) == ["admitter", None, "admitter"]
+    assert verifier().signers_of([records[4], records[5], records[6]]) == ["admitter"] * 3
 
 
 def test_a_record_without_its_link_or_with_two_links_is_not_vouched_for(monkeypatch) -> None:
