@@ -358,7 +358,7 @@ class Verifier:
         key = self._keys.get(claim.signer)
         if key is None:
             return None
-        topic, partition, signer, batch, count, previous = claim[:6]
+        topic, partition, signer, batch, count, previous = claim[:_KEY]
         message = _message(signer, batch, topic, partition, count, root, previous)
         digest = hashlib.sha256(message).digest()
         if self._authentic_messages.get(digest) == signer:
