@@ -104,16 +104,9 @@ def _levels(leaves: list[bytes]) -> list[list[bytes]]:
     return levels
 
 
-def _climb(leaf: bytes, index: int, count: int, path: bytes,
-           known: dict[tuple[int, int], bytes] | None = None) -> tuple[bytes, dict[tuple[int, int], bytes]] | None:
-    """The root `leaf` at `index` of `count` leads to along `path`, and every node met on the way (the leaf, the
-    siblings its path gives, the nodes made) by (level, index); None when the path does not fit. `known` are nodes
-    of the batch's tree met on earlier climbs that led to an authentic root: where a node of this climb and the
-    sibling its path gives are both the tree's, their parent is the tree's too and is looked up, not hashed. The
-    answer is the same with or without them (so every reader takes the same records, however its polls split a
-    batch); only the hashing is spared."""
-    nodes = {(0, index): leaf}
-    node, at, level = leaf, 0, 0
+def _root(leaf: bytes, index: int, count: int, path: bytes) -> bytes | None:
+    """The root `leaf` at `index` of `count` leads to along `path`, or None when the path does not fit."""
+    node, at = leaf, 0
     while count > 1:
         sibling = index ^ 1
         if sibling < count:
@@ -121,16 +114,10 @@ def _climb(leaf: bytes, index: int, count: int, path: bytes,
                 return None
             other = path[at:at + _DIGEST]
             at += _DIGEST
-            nodes[(level, sibling)] = other
-            parent = None
-            if known is not None and known.get((level, index)) == node and known.get((level, sibling)) == other:
-                parent = known.get((level + 1, index // 2))  # both children are the tree's: so is their parent
-            node = parent or (_node(other, node) if index & 1 else _node(node, other))
+            node = _node(other, node) if index & 1 else _node(node, other)
         index //= 2
         count = (count + 1) // 2
-        level += 1
-        nodes[(level, index)] = node
-    return (node, nodes) if at == len(path) else None
+    return node if at == len(path) else None
 
 
 @dataclass(frozen=True)
@@ -304,14 +291,13 @@ class Verifier:
         units = whole + [[at] for at in range(len(records)) if at not in grouped]
         out: list[str | None] = [None] * len(records)
         authentic, alone = self._authentic, self._alone
-        known: dict[tuple, dict[tuple[int, int], bytes]] = {}  # per batch, the nodes found on the way to its root
         for positions in sorted(units, key=max, reverse=True):  # newest first
             if len(positions) == 1:
-                out[positions[0]] = alone(claims[positions[0]], known)
+                out[positions[0]] = alone(claims[positions[0]])
                 continue
             signer = authentic(claims[max(positions)], _top([claims[at][_LEAF] for at in positions]))
             for at in positions:
-                out[at] = signer if signer is not None else alone(claims[at], known)
+                out[at] = signer if signer is not None else alone(claims[at])
         return out
 
     def _claims(self, records: Sequence[tuple[str, int, bytes | None, Headers]]) -> list[Claim | None]:
@@ -335,22 +321,12 @@ class Verifier:
             keep(_claim(*record))
         return out
 
-    def _alone(self, claim: Claim | None, known: dict[tuple, dict[tuple[int, int], bytes]]) -> str | None:
-        """A record checked without the rest of its batch: its value's leaf along its path to the batch's root. A
-        batch split between polls has several such records: the nodes met on the way to a root found authentic are
-        `known`, so the next record of that batch climbs by looking them up (most meet the first at its leaf's
-        sibling) instead of hashing its whole path."""
+    def _alone(self, claim: Claim | None) -> str | None:
+        """A record checked on its own: its value's leaf along its path to the batch's root."""
         if claim is None:
             return None
-        batch = claim[:_KEY]
-        walked = _climb(claim.leaf, claim.index, claim.count, claim.path[8:], known.get(batch))
-        if walked is None:
-            return None
-        root, nodes = walked
-        signer = self._authentic(claim, root)
-        if signer is not None:
-            known.setdefault(batch, {}).update(nodes)
-        return signer
+        root = _root(claim.leaf, claim.index, claim.count, claim.path[8:])
+        return None if root is None else self._authentic(claim, root)
 
     def _authentic(self, claim: Claim, root: bytes) -> str | None:
         """The claimed signer, when the batch it claims, with `root`, is known authentic, chained to from an
