@@ -66,6 +66,8 @@ def test_decide_is_pure_and_repeatable(data):
 
 
 def _note_inputs(scenario):
-    """On failure, hypothesis prints the inputs as scenario YAML, ready to paste into a scenario file."""
-    note(yaml.safe_dump({"inputs": [i.model_dump(exclude_none=True, exclude_defaults=True) | {"at": i.at}
-                                    for i in scenario.inputs]}, sort_keys=False))
+    """On failure, hypothesis prints the scenario as YAML: the knobs a strategy drew (teams and their quotas, the
+    policy, the agents) and the inputs, ready to paste into a scenario file."""
+    drawn = scenario.model_dump(mode="json", exclude_defaults=True, exclude={"inputs", "cell", "until", "tick"})
+    note(yaml.safe_dump({**drawn, "inputs": [i.model_dump(exclude_none=True, exclude_defaults=True) | {"at": i.at}
+                                             for i in scenario.inputs]}, sort_keys=False))
