@@ -75,20 +75,13 @@ def _digest(message: bytes) -> bytes:
 
 
 def _top(leaves: list[bytes]) -> bytes:
-    """The Merkle root over `leaves` (at least one): `_levels(leaves)[-1][0]`, without keeping the levels."""
-    sha = hashlib.sha256
-    if len(leaves) <= 3:  # most transactions write a few records: their roots without the loop's lists
-        if len(leaves) == 1:
-            return leaves[0]
-        pair = sha(b"\x01" + leaves[0] + leaves[1]).digest()
-        return pair if len(leaves) == 2 else sha(b"\x01" + pair + leaves[2]).digest()
-    below = leaves
-    while (count := len(below)) > 1:
-        above = [sha(b"\x01" + below[i] + below[i + 1]).digest() for i in range(0, count - 1, 2)]
-        if count & 1:
-            above.append(below[-1])
-        below = above
-    return below[0]
+    """The Merkle root over `leaves` (at least one): `_levels(leaves)[-1][0]`, the smallest trees made directly."""
+    if len(leaves) > 3:
+        return _levels(leaves)[-1][0]
+    if len(leaves) == 1:
+        return leaves[0]
+    pair = _node(leaves[0], leaves[1])
+    return pair if len(leaves) == 2 else _node(pair, leaves[2])
 
 
 def _levels(leaves: list[bytes]) -> list[list[bytes]]:
@@ -267,7 +260,6 @@ class Verifier:
 
         self._public = dict(public_keys)
         self._keys = {name: VerifyKey(key) for name, key in public_keys.items()}
-        self._names = {name.encode(): name for name in self._keys}  # a signer header's bytes -> the writer
         #: digests of messages checked or chained to -> the writer that vouches for each: a link proves a message
         #: only in the name of the writer whose authentic message links to it, never in another writer's name
         self._authentic_messages: OrderedDict[bytes, str] = OrderedDict()
@@ -285,7 +277,7 @@ class Verifier:
         a batch found authentic vouches for the one its writer chained before it, and a run of a writer's batches
         costs one signature check. A batch whose every record is among them is checked once, on the root its
         records' values make, rather than record by record along each one's path."""
-        claims = self._claims(records)
+        claims = [_claim(*record) for record in records]
         whole = _whole_batches(claims)
         grouped = {at for positions in whole for at in positions}
         units = whole + [[at] for at in range(len(records)) if at not in grouped]
@@ -298,27 +290,6 @@ class Verifier:
             signer = authentic(claims[max(positions)], _top([claims[at][_LEAF] for at in positions]))
             for at in positions:
                 out[at] = signer if signer is not None else alone(claims[at])
-        return out
-
-    def _claims(self, records: Sequence[tuple[str, int, bytes | None, Headers]]) -> list[Claim | None]:
-        """`_claim` of each record. A record signed as `Signer.sign` writes, by a writer this verifier knows, is
-        read inline: most records of a log are, and a call per record and header is what reading them costs."""
-        out: list[Claim | None] = []
-        keep, names, sha, position = out.append, self._names, hashlib.sha256, _POSITION.unpack_from
-        for record in records:
-            topic, partition, value, headers = record
-            if value is not None and len(headers) == 5:
-                (s, signer), (b, batch), (g, signature), (p, path), (v, previous) = headers
-                name = names.get(signer)
-                if name is not None and s == SIGNER and b == BATCH and g == SIGNATURE and p == PATH and \
-                        v == PREVIOUS and type(batch) is type(signature) is type(path) is type(previous) is bytes \
-                        and len(path) >= 8 and len(previous) == _DIGEST:
-                    index, count = position(path)
-                    if index < count:
-                        keep(_new_claim(Claim, (topic, partition, name, batch, count, previous, signature, index,
-                                                path, sha(b"\x00" + value).digest())))
-                        continue
-            keep(_claim(*record))
         return out
 
     def _alone(self, claim: Claim | None) -> str | None:

@@ -483,19 +483,15 @@ def _job_placed(state: CellState, e: m.JobPlaced, offset: int) -> None:
         if job is not None:
             _note(job, e, offset, SUPERSEDED)
         return
-    # The binding of the very plan its admission holds (the admitter's own, right after it): whether it is
-    # assignable reads the same with the plan's GPUs held by the job as with them let go, so they stay held.
-    binds_its_plan = e.domain == job.domain and job.assignments == _assignments(e.assignments)
-    if not binds_its_plan:
-        _unhold(state, job)
+    # Whether the binding is assignable reads the same with the job's GPUs held by it as with them let go.
     if not _assignable(state, job, e.assignments):
-        if binds_its_plan:
-            _unhold(state, job)
+        _unhold(state, job)
         _note(job, e, offset, m.Reason.PLACEMENT_SUPERSEDED.value)  # the placer plans again from scratch
         return
     _decided_about(state, e, offset)
     _note(job, e, offset)
-    if not binds_its_plan:
+    if e.domain != job.domain or job.assignments != _assignments(e.assignments):  # not the plan it holds already
+        _unhold(state, job)
         _hold(state, job, e.assignments, e.domain)
     state.set_state(job, JobState.PLACED)
 

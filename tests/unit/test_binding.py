@@ -83,3 +83,20 @@ def test_binding_its_own_plan_ends_as_letting_the_gpus_go_and_taking_them_again_
     else:
         assert llm.state is JobState.PLACED
         assert all(kept.cluster.nodes[a.node].holder[g] == "llm" for a in binding.assignments for g in a.gpus)
+
+
+def test_binding_another_plan_than_the_one_held_ends_as_letting_the_gpus_go_and_taking_them_again_would(
+        monkeypatch):
+    """The placer's binding of a plan other than the one the admission holds (its workers swapped between the
+    nodes): the held GPUs are let go and the new ones taken, folded either way alike."""
+    log = planned_and_bound([])
+    at = next(i for i, e in enumerate(log) if isinstance(e, m.JobPlaced) and e.job_id == "llm")
+    own = log[at]
+    swapped = [m.WorkerAssignment(worker=1 - a.worker, node=a.node, gpus=a.gpus) for a in own.assignments]
+    log[at] = own.model_copy(update={"assignments": swapped, "envelope": own.envelope.model_copy(
+        update={"producer": "placer"})})
+    kept = folded(log)
+    monkeypatch.setitem(fold_module._HANDLERS, m.JobPlaced, let_go_and_take_again)
+    assert everything(kept) == everything(folded(log))
+    assert kept.jobs["llm"].state is JobState.PLACED
+    assert sorted(kept.jobs["llm"].assignments) == sorted((a.worker, a.node, tuple(a.gpus)) for a in swapped)
