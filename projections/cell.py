@@ -54,7 +54,15 @@ class CellState:
     #: needs -> time limit (None: none) -> how many of the group have it: whether a refusal that holds for gangs
     #: running at least as long holds for the whole group
     queued_limits: dict[tuple, dict[int | None, int]] = field(default_factory=dict)
-    _queued_needs: dict[str, tuple[tuple, tuple, object]] = field(default_factory=dict, repr=False)
+    #: The queued jobs' time limits (those that have one), the times they come back from backing off (`not_before`)
+    #: and the times they count as waiting from (the later of their submission and their return), each sorted, with
+    #: repeats: where a quiet Tick's next moment is found by bisection instead of a pass over the queue
+    #: (services/core/quiet.py). None of them changes while a job waits.
+    queued_limit_values: list[int] = field(default_factory=list, repr=False)
+    queued_returns: list[int] = field(default_factory=list, repr=False)
+    queued_since: list[int] = field(default_factory=list, repr=False)
+    #: job id -> (needs, rank, stated reason, time limit, return, waiting since) as indexed when it was queued
+    _queued_needs: dict[str, tuple] = field(default_factory=dict, repr=False)
     last_heartbeat: dict[str, int] = field(default_factory=dict)
     reservations: dict[str, tuple[str, ...]] = field(default_factory=dict)  # queued job -> nodes draining for it
     holds: set[str] = field(default_factory=set)  # job ids with capacity held for them (CapacityHeld)
@@ -141,6 +149,10 @@ class CellState:
             del group[bisect_left(group, (queued[1], job.job_id))]
             _count(self.queued_reasons, queued[0], queued[2], -1)
             _count(self.queued_limits, queued[0], job.time_limit_ms, -1)
+            if queued[3] is not None:
+                _drop(self.queued_limit_values, queued[3])
+            _drop(self.queued_returns, queued[4])
+            _drop(self.queued_since, queued[5])
             if not group:
                 del self.queued_by_needs[queued[0]]
                 team_needs = self.needs_by_team[queued[0][0]]
@@ -151,9 +163,15 @@ class CellState:
             needs, rank = job.needs(), job.rank_key()
             insort(self.queued_by_needs.setdefault(needs, []), (rank, job.job_id))
             self.needs_by_team.setdefault(needs[0], set()).add(needs)
-            self._queued_needs[job.job_id] = (needs, rank, job.reason)
+            limit, back = job.time_limit_ms, job.not_before
+            since = job.submitted_at if job.submitted_at > back else back
+            self._queued_needs[job.job_id] = (needs, rank, job.reason, limit, back, since)
             _count(self.queued_reasons, needs, job.reason, 1)
-            _count(self.queued_limits, needs, job.time_limit_ms, 1)
+            _count(self.queued_limits, needs, limit, 1)
+            if limit is not None:
+                insort(self.queued_limit_values, limit)
+            insort(self.queued_returns, back)
+            insort(self.queued_since, since)
         entry = self._running_since.pop(job.job_id, None)
         if entry is not None:
             running = self.running_by_team[entry[0]]
@@ -168,12 +186,17 @@ class CellState:
         queued = self._queued_needs.get(job_id)
         return None if queued is None else queued[0]
 
+    def queued_entry(self, job_id: str) -> tuple[tuple, tuple[tuple, str]] | None:
+        """A queued job's needs and its (rank, job id) entry in `queued_by_needs` (None: it is not queued)."""
+        queued = self._queued_needs.get(job_id)
+        return None if queued is None else (queued[0], (queued[1], job_id))
+
     def note_reason(self, job: Job) -> None:
         """Keeps `queued_reasons` in step after the job's stated reason changed."""
         queued = self._queued_needs.get(job.job_id)
         if queued is not None and queued[2] is not job.reason:
             _count(self.queued_reasons, queued[0], queued[2], -1)
-            self._queued_needs[job.job_id] = (queued[0], queued[1], job.reason)
+            self._queued_needs[job.job_id] = (queued[0], queued[1], job.reason, *queued[3:])
             _count(self.queued_reasons, queued[0], job.reason, 1)
 
     def note_moved(self, job_id: str) -> None:
@@ -189,6 +212,11 @@ class CellState:
         """Ids of the team's RUNNING jobs that started at or before `at`, oldest first."""
         running = self.running_by_team.get(team, [])
         return [job_id for _, job_id in running[:bisect_right(running, (at, "\U0010ffff"))]]
+
+
+def _drop(values: list[int], value: int) -> None:
+    """Takes one `value` out of a sorted list that holds it."""
+    del values[bisect_left(values, value)]
 
 
 def _count(counts: dict[tuple, dict], needs: tuple, value: object, delta: int) -> None:

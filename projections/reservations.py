@@ -22,16 +22,21 @@ def expected_end(job: Job) -> int | None:
 def shadow_time(state: CellState, nodes: Sequence[str], now: int, gone: frozenset[str] = frozenset()) -> int | None:
     """When reserved `nodes` are expected to be free: the latest expected end of the jobs holding GPUs
     there (other than `gone`), `now` when none does, None when one of them has no time limit."""
-    cluster = state.cluster
-    holders = sorted({j for name in nodes if name in cluster.nodes for j in cluster.nodes[name].holder.values()})
+    known, jobs = state.cluster.nodes, state.jobs
+    holders: set[str] = set()
+    for name in nodes:
+        node = known.get(name)
+        if node is not None:
+            holders.update(node.holder.values())
     shadow = now
-    for job_id in holders:
+    for job_id in holders:  # None if any has no limit, else the latest end: the same in any order
         if job_id in gone:
             continue
-        end = expected_end(state.jobs[job_id])
+        end = expected_end(jobs[job_id])
         if end is None:
             return None
-        shadow = max(shadow, end)
+        if end > shadow:
+            shadow = end
     return shadow
 
 

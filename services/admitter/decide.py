@@ -12,6 +12,7 @@ the reservation's shadow time (Slurm's EASY backfill; see services/core/placemen
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from collections.abc import Callable, Sequence
 
 from events import models as m
@@ -298,15 +299,19 @@ def admission_cycle(state: CellState, ctx: Context, only: Job | None = None, ref
         if not shadows or len(state.queued_limits.get(job.needs(), ())) == 1:
             return None
         usable = backfillable(job)
-        by_limit: dict[int | None, bool] = {}  # a gang that holds no reservation may use what its time limit allows
+        # A gang that holds no reservation may use those whose shadow its time limit ends by: which ones, is told by
+        # how many of the known shadow times come before `now` plus its limit (-1 without a limit: none).
+        known = sorted({shadow for shadow in shadows.values() if shadow is not None})
+        by_rank: dict[int, bool] = {}
 
         def same(other: Job) -> bool:
             if other.job_id in reservations:
                 return backfillable(other) == usable
             limit = other.time_limit_ms
-            if limit not in by_limit:
-                by_limit[limit] = backfillable(other) == usable
-            return by_limit[limit]
+            rank = -1 if limit is None else bisect_left(known, now + limit)
+            if rank not in by_rank:
+                by_rank[rank] = backfillable(other) == usable
+            return by_rank[rank]
         return same
 
     def backfillable(job: Job) -> set[str]:
@@ -541,8 +546,7 @@ def _ends_no_sooner(state: CellState, job: Job) -> Callable[[Job], bool] | None:
     None when every gang of its needs does, as the state's count of their limits shows."""
     limit = job.time_limit_ms
     limits = state.queued_limits.get(job.needs(), {})
-    if None in limits and len(limits) == 1 or limit is not None and min(
-            (other for other in limits if other is not None), default=limit) >= limit:
+    if None in limits and len(limits) == 1 or limit is not None and min(limits.keys() - {None}, default=limit) >= limit:
         return None
     return lambda other: other.time_limit_ms is None or (limit is not None and other.time_limit_ms >= limit)
 

@@ -11,7 +11,9 @@ keeps a cycle's cost near the number of groups, not the number of queued gangs.
 from __future__ import annotations
 
 import heapq
+from bisect import bisect_left
 from collections.abc import Callable, Iterator, Sequence
+from operator import itemgetter
 from typing import TYPE_CHECKING
 
 from events.models import Reason
@@ -21,6 +23,8 @@ from projections.jobs import Job
 if TYPE_CHECKING:  # the knobs are a value the caller passes in
     from services.admitter.policy import AdmissionPolicy
 
+
+_ID = itemgetter(1)  # a group member's job id
 
 #: Succeeded jobs a cell must have seen before `least_attained_service_min_cv` lets least attained service apply.
 LAS_SAMPLES = 50
@@ -96,11 +100,15 @@ class WaitingGangs:
         groups: list[Sequence[tuple[object, str]]] = [[(None, job_id)] for job_id in sorted(holders)
                                                       if job_id in state.queued]
         needs: list[tuple | None] = [None] * len(groups)
-        with_holders = {state.queued_under(job_id) for job_id in holders}
+        with_holders: dict[tuple, list[tuple[tuple, str]]] = {}  # needs -> the members that go on their own
+        for job_id in holders:
+            entry = state.queued_entry(job_id)
+            if entry is not None:
+                with_holders.setdefault(entry[0], []).append(entry[1])
         for alike, members in state.queued_by_needs.items():  # (rank, job id), read in place: a cycle folds nothing
             whole = alike
             if alike in with_holders:
-                members, whole = [member for member in members if member[1] not in holders], None
+                members, whole = _without(members, with_holders[alike]), None
             if members and keep(state.jobs[members[0][1]]):
                 groups.append(members)
                 needs.append(whole)
@@ -136,9 +144,9 @@ class WaitingGangs:
         g = self.current
         if alike is None and (tell is None or self._all_say(g, tell)):
             return []
-        rest = [self.state.jobs[j] for _, j in self.groups[g][self.cursor[g] + 1:]]
+        rest = list(map(self.state.jobs.__getitem__, map(_ID, self.groups[g][self.cursor[g] + 1:])))
         if alike is not None:
-            held = [alike(job) for job in rest]  # once per member: `alike` may cost a look at every reservation
+            held = list(map(alike, rest))  # once per member: `alike` may cost a look at every reservation
             others = [(None, job.job_id) for job, same in zip(rest, held) if not same]
             if others:
                 rest = [job for job, same in zip(rest, held) if same]
@@ -159,6 +167,17 @@ class WaitingGangs:
         members, cursor = self.groups[g], self.cursor[g]
         others = len(members) - self.state.queued_reasons.get(needs, {}).get(reason, 0)
         return others == sum(1 for _, j in members[:cursor + 1] if self.state.jobs[j].reason is not reason)
+
+
+def _without(members: list[tuple[tuple, str]], gone: list[tuple[tuple, str]]) -> list[tuple[tuple, str]]:
+    """A sorted group's members less `gone` (some of them), by slices around where each lies."""
+    out: list[tuple[tuple, str]] = []
+    start = 0
+    for i in sorted(bisect_left(members, member) for member in gone):
+        out += members[start:i]
+        start = i + 1
+    out += members[start:]
+    return out
 
 
 def queue_order(state: CellState, jobs: list[Job], admission: AdmissionPolicy) -> Iterator[Job]:

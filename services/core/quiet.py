@@ -4,7 +4,7 @@ says when (`first_after` the times it compared `now` with). The cache changes no
 
 from __future__ import annotations
 
-from bisect import bisect_right
+from bisect import bisect_left, bisect_right
 from collections.abc import Iterable, Sequence
 
 from projections.cell import CellState
@@ -45,24 +45,20 @@ def first_after(moments: Iterable[int], now: int) -> int:
 
 def first_waiting(state: CellState, wait_ms: int | None, now: int) -> int:
     """`first_after` the times not yet past at which a waiting gang comes back from backing off, or has waited
-    `wait_ms` (from its submission or its return, whichever is later; None: only the returns), computed in one
-    pass over the queue; a time past NEVER counts as NEVER (both lie beyond every time a cell holds, so a quiet
-    Tick compares them alike)."""
-    first, soon = NEVER, now + 1
-    for job in map(state.jobs.__getitem__, state.queued):
-        back = job.not_before
-        if back >= now:
-            at = back if back > now else soon
-            if at < first:
-                first = at
-        if wait_ms is None:
-            continue
-        waited = (job.submitted_at if job.submitted_at > back else back) + wait_ms
-        if waited >= now:
-            at = waited if waited > now else soon
-            if at < first:
-                first = at
-    return first
+    `wait_ms` (from its submission or its return, whichever is later; None: only the returns), found by bisecting
+    the state's sorted indexes of them; a time past NEVER counts as NEVER (both lie beyond every time a cell holds,
+    so a quiet Tick compares them alike)."""
+    first = _first_from(state.queued_returns, now, 0)
+    return first if wait_ms is None else min(first, _first_from(state.queued_since, now, wait_ms))
+
+
+def _first_from(moments: Sequence[int], now: int, later_by: int) -> int:
+    """`first_after` the sorted `moments`, each `later_by` later, capped at NEVER."""
+    i = bisect_left(moments, now - later_by)
+    if i == len(moments):
+        return NEVER
+    at = moments[i] + later_by
+    return now + 1 if at == now else min(at, NEVER)
 
 
 def compared_until(state: CellState, compared: Sequence[int], now: int) -> int:
@@ -72,8 +68,7 @@ def compared_until(state: CellState, compared: Sequence[int], now: int) -> int:
     until = first_after(compared, now)
     if not compared:
         return until
-    ordered = sorted({limit for counts in state.queued_limits.values() for limit, n in counts.items()
-                      if limit is not None and n})
+    ordered = state.queued_limit_values
     for moment in compared:
         i = bisect_right(ordered, moment - now)  # the longest limit for which moment - limit + 1 is after now
         if i:

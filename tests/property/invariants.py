@@ -107,6 +107,12 @@ def check_quota_usage(state: CellState) -> None:
             group[value] = group.get(value, 0) + 1
     assert state.queued_reasons == reasons, "the count of queued gangs' stated reasons is stale"
     assert state.queued_limits == limits, "the count of queued gangs' time limits is stale"
+    queued = [state.jobs[j] for j in state.queued]
+    assert state.queued_limit_values == sorted(j.time_limit_ms for j in queued if j.time_limit_ms is not None), (
+        "the sorted time limits of the queued gangs are stale")
+    assert state.queued_returns == sorted(j.not_before for j in queued), "the queued gangs' sorted returns are stale"
+    assert state.queued_since == sorted(max(j.submitted_at, j.not_before) for j in queued), (
+        "the sorted times the queued gangs wait from are stale")
     by_team: dict[str, set[tuple]] = {}
     for needs in state.queued_by_needs:
         by_team.setdefault(needs[0], set()).add(needs)

@@ -104,9 +104,9 @@ def test_the_comparisons_are_not_empty(monkeypatch):
 @given(st.lists(st.tuples(st.integers(0, 200), st.integers(0, 200)), max_size=8), st.none() | st.integers(0, 120),
        st.integers(0, 200))
 def test_the_first_waiting_moment_is_the_first_after_now_of_every_gangs_moments(gangs, wait, now):
-    """`quiet.first_waiting` in one pass equals `first_after` over each waiting gang's return from backing off and
-    the end of its wait (no wait: the returns alone), both counted only when not yet past (moments at `now`
-    included)."""
+    """`quiet.first_waiting`, bisecting the sorted indexes, equals `first_after` over each waiting gang's return from
+    backing off and the end of its wait (no wait: the returns alone), both counted only when not yet past (moments
+    at `now` included)."""
     jobs = {f"j{i}": _Waiting(submitted, back) for i, (submitted, back) in enumerate(gangs)}
     state = _Queue(jobs, sorted(jobs))
     moments = []
@@ -123,8 +123,12 @@ class _Waiting:
 
 
 class _Queue:
+    """The queue's indexes that `first_waiting` reads, as CellState keeps them."""
+
     def __init__(self, jobs: dict, queued: list) -> None:
-        self.jobs, self.queued = jobs, queued
+        waiting = [jobs[j] for j in queued]
+        self.queued_returns = sorted(job.not_before for job in waiting)
+        self.queued_since = sorted(max(job.submitted_at, job.not_before) for job in waiting)
 
 
 def test_a_tick_after_one_that_only_restated_reasons_is_skipped(monkeypatch):
