@@ -246,7 +246,6 @@ def admission_cycle(state: CellState, ctx: Context, only: Job | None = None, ref
     policy = ctx.policy.admission
     now = ctx.now
     quiet = not refresh and only is None and policy.backfill
-    key = order_key(state, policy)
     view = CapacityView(state.cluster)
     usage = PooledUsage(state.tenancy.committed())
     decisions: list[m.Decision] = []
@@ -269,9 +268,9 @@ def admission_cycle(state: CellState, ctx: Context, only: Job | None = None, ref
     free = {t: view.free_gpus(t) + _held_free(state, t, held) for t in state.cluster.gpu_types()} if (
         only is None) else {}
     if only is not None:
-        order = WaitingGangs(state, now, key, [[(None, only.job_id)]])
+        order = WaitingGangs(state, now, _alone, [[(None, only.job_id)]])
     else:
-        order = WaitingGangs.of(state, now, key,
+        order = WaitingGangs.of(state, now, order_key(state, policy),
                                 lambda job: not quiet or job.min_gpus <= free.get(job.gpu_type, 0) or job.has_hold)
 
     def admissible(job: Job) -> bool:
@@ -494,6 +493,11 @@ def admission_cycle(state: CellState, ctx: Context, only: Job | None = None, ref
         if guard is not None:
             compared.extend(guard.compared())
     return decisions
+
+
+def _alone(job: Job) -> tuple:
+    """The queue key of a gang looked at alone: there is nothing to order it against."""
+    return ()
 
 
 def _keep_room_for_movers(state: CellState, view: CapacityView, ctx: Context,
