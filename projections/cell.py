@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from bisect import bisect_left, bisect_right, insort
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from projections.cluster import Cluster
 from projections.jobs import Job, JobState
@@ -12,6 +13,17 @@ from projections.validate import Limits
 
 #: Finished jobs whose runtimes a cell keeps for its start-time forecast.
 RUNTIME_HISTORY = 200
+
+
+class Queued(NamedTuple):
+    """A queued job as the queue's indexes hold it: taken out again by these same values."""
+
+    needs: tuple  # its group in `queued_by_needs`
+    rank: tuple  # its place in the group
+    reason: object  # its stated reason, as counted in `queued_reasons`
+    limit: int | None  # its time limit
+    back: int  # when it comes back from backing off (`not_before`)
+    since: int  # when it waits from: the later of its submission and its return
 
 
 #: How many more moved jobs than holding ones a reader of `CellState.moved` may leave unread before it is dropped.
@@ -61,8 +73,7 @@ class CellState:
     queued_limit_values: list[int] = field(default_factory=list, repr=False)
     queued_returns: list[int] = field(default_factory=list, repr=False)
     queued_since: list[int] = field(default_factory=list, repr=False)
-    #: job id -> (needs, rank, stated reason, time limit, return, waiting since) as indexed when it was queued
-    _queued_needs: dict[str, tuple] = field(default_factory=dict, repr=False)
+    _queued: dict[str, Queued] = field(default_factory=dict, repr=False)  # job id -> as indexed when queued
     last_heartbeat: dict[str, int] = field(default_factory=dict)
     reservations: dict[str, tuple[str, ...]] = field(default_factory=dict)  # queued job -> nodes draining for it
     holds: set[str] = field(default_factory=set)  # job ids with capacity held for them (CapacityHeld)
@@ -143,29 +154,30 @@ class CellState:
             team.add(job.job_id)
         else:
             team.discard(job.job_id)
-        queued = self._queued_needs.pop(job.job_id, None)
+        queued = self._queued.pop(job.job_id, None)
         if queued is not None:
-            group = self.queued_by_needs[queued[0]]
-            del group[bisect_left(group, (queued[1], job.job_id))]
-            _count(self.queued_reasons, queued[0], queued[2], -1)
-            _count(self.queued_limits, queued[0], job.time_limit_ms, -1)
-            if queued[3] is not None:
-                _drop(self.queued_limit_values, queued[3])
-            _drop(self.queued_returns, queued[4])
-            _drop(self.queued_since, queued[5])
+            needs = queued.needs
+            group = self.queued_by_needs[needs]
+            del group[bisect_left(group, (queued.rank, job.job_id))]
+            _count(self.queued_reasons, needs, queued.reason, -1)
+            _count(self.queued_limits, needs, queued.limit, -1)
+            if queued.limit is not None:
+                _drop(self.queued_limit_values, queued.limit)
+            _drop(self.queued_returns, queued.back)
+            _drop(self.queued_since, queued.since)
             if not group:
-                del self.queued_by_needs[queued[0]]
-                team_needs = self.needs_by_team[queued[0][0]]
-                team_needs.discard(queued[0])
+                del self.queued_by_needs[needs]
+                team_needs = self.needs_by_team[needs[0]]
+                team_needs.discard(needs)
                 if not team_needs:
-                    del self.needs_by_team[queued[0][0]]
+                    del self.needs_by_team[needs[0]]
         if state is JobState.QUEUED:
             needs, rank = job.needs(), job.rank_key()
             insort(self.queued_by_needs.setdefault(needs, []), (rank, job.job_id))
             self.needs_by_team.setdefault(needs[0], set()).add(needs)
             limit, back = job.time_limit_ms, job.not_before
             since = job.submitted_at if job.submitted_at > back else back
-            self._queued_needs[job.job_id] = (needs, rank, job.reason, limit, back, since)
+            self._queued[job.job_id] = Queued(needs, rank, job.reason, limit, back, since)
             _count(self.queued_reasons, needs, job.reason, 1)
             _count(self.queued_limits, needs, limit, 1)
             if limit is not None:
@@ -181,23 +193,17 @@ class CellState:
             insort(self.running_by_team.setdefault(job.team, []), (since, job.job_id))
             self._running_since[job.job_id] = (job.team, since)
 
-    def queued_under(self, job_id: str) -> tuple | None:
-        """The needs a queued job is grouped under in `queued_by_needs` (None: it is not queued)."""
-        queued = self._queued_needs.get(job_id)
-        return None if queued is None else queued[0]
-
-    def queued_entry(self, job_id: str) -> tuple[tuple, tuple[tuple, str]] | None:
-        """A queued job's needs and its (rank, job id) entry in `queued_by_needs` (None: it is not queued)."""
-        queued = self._queued_needs.get(job_id)
-        return None if queued is None else (queued[0], (queued[1], job_id))
+    def queued_as(self, job_id: str) -> Queued | None:
+        """How a queued job is indexed (None: it is not queued): its needs say its group, its rank its place in it."""
+        return self._queued.get(job_id)
 
     def note_reason(self, job: Job) -> None:
         """Keeps `queued_reasons` in step after the job's stated reason changed."""
-        queued = self._queued_needs.get(job.job_id)
-        if queued is not None and queued[2] is not job.reason:
-            _count(self.queued_reasons, queued[0], queued[2], -1)
-            self._queued_needs[job.job_id] = (queued[0], queued[1], job.reason, *queued[3:])
-            _count(self.queued_reasons, queued[0], job.reason, 1)
+        queued = self._queued.get(job.job_id)
+        if queued is not None and queued.reason is not job.reason:
+            _count(self.queued_reasons, queued.needs, queued.reason, -1)
+            self._queued[job.job_id] = queued._replace(reason=job.reason)
+            _count(self.queued_reasons, queued.needs, job.reason, 1)
 
     def note_moved(self, job_id: str) -> None:
         """Tells the reader of `moved`, if any, that the job's state or GPUs changed; a reader that falls far behind

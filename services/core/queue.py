@@ -102,9 +102,9 @@ class WaitingGangs:
         needs: list[tuple | None] = [None] * len(groups)
         with_holders: dict[tuple, list[tuple[tuple, str]]] = {}  # needs -> the members that go on their own
         for job_id in holders:
-            entry = state.queued_entry(job_id)
-            if entry is not None:
-                with_holders.setdefault(entry[0], []).append(entry[1])
+            queued = state.queued_as(job_id)
+            if queued is not None:
+                with_holders.setdefault(queued.needs, []).append((queued.rank, job_id))
         for alike, members in state.queued_by_needs.items():  # (rank, job id), read in place: a cycle folds nothing
             whole = alike
             if alike in with_holders:

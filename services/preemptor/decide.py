@@ -184,9 +184,9 @@ def _may_preempt(state: CellState, ctx: Context, first: int, memo: dict) -> list
                 taken += not job.moving
             i += 1
     for job_id in sorted(state.moving - out.keys()):  # past the first of their group, but first in the queue
-        needs = state.queued_under(job_id)
+        queued = state.queued_as(job_id)
         job = jobs[job_id]
-        if needs is not None and may(job) and (moves_in[needs] or _entitled(state, job, policy, now, memo)):
+        if queued is not None and may(job) and (moves_in[queued.needs] or _entitled(state, job, policy, now, memo)):
             out[job_id] = job
     return list(out.values())
 
