@@ -15,4 +15,13 @@ if [ "$status" -eq 5 ]; then
     echo "gangway: pytest collected no tests; that counts as a failure" >&2
     exit 1
 fi
+# Tests marked `pure` patch the core's source, which its compiled build does not see (events/compiled.py): they
+# were skipped above and run here, with the core from source. A selection with none of them is no failure here.
+if [ "$(python -c 'from events.compiled import install; print(install())')" = compiled ]; then
+    GANGWAY_PURE=1 python -m pytest -m pure "$@"
+    pure=$?
+    if [ "$pure" -ne 0 ] && [ "$pure" -ne 5 ]; then
+        status=$pure
+    fi
+fi
 exit "$status"

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import copy
 from bisect import bisect_left, bisect_right, insort
-from dataclasses import dataclass, field
-from typing import NamedTuple
+from dataclasses import dataclass, field, fields
+from typing import Any, NamedTuple
 
 from projections.cluster import Cluster
 from projections.jobs import Job, JobState
@@ -20,7 +21,7 @@ class Queued(NamedTuple):
 
     needs: tuple  # its group in `queued_by_needs`
     rank: tuple  # its place in the group
-    reason: object  # its stated reason, as counted in `queued_reasons`
+    reason: Any  # its stated reason, as counted in `queued_reasons`
     limit: int | None  # its time limit
     back: int  # when it comes back from backing off (`not_before`)
     since: int  # when it waits from: the later of its submission and its return
@@ -113,6 +114,11 @@ class CellState:
     #: False for a state no store saves (an audit's fold, the simulator's cell): `dirty` is then left empty,
     #: which is a third of such a fold's time
     tracks_rows: bool = field(default=True, compare=False, repr=False)
+
+    def __deepcopy__(self, memo: dict) -> CellState:
+        """A copy of the state without the deciders' caches (`memo`): the copy makes its own as it needs them. (They
+        may hold values that compiled classes cannot be rebuilt from field by field; events/compiled.py.)"""
+        return CellState(**{f.name: copy.deepcopy(getattr(self, f.name), memo) for f in fields(self) if f.name != "memo"})
 
     def job(self, job_id: str) -> Job | None:
         return self.jobs.get(job_id)

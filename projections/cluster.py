@@ -113,9 +113,14 @@ class Cluster:
 
     def reindex(self) -> None:
         """Rebuilds the domain lists and the capacity index (after the topology levels change)."""
-        self.histogram.clear(), self.domains.clear(), self.members.clear(), self.by_free.clear()
+        self.histogram.clear()
+        self.domains.clear()
+        self.members.clear()
+        self.by_free.clear()
         self.free_in.clear()
-        self.counted.clear(), self.counted_healthy.clear(), self.healthy.clear()
+        self.counted.clear()
+        self.counted_healthy.clear()
+        self.healthy.clear()
         self.claimed_on.clear()
         self.odd_holders.clear()
         self.by_type.clear()

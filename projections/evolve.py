@@ -131,7 +131,8 @@ def _note(job: Job, event: m.Event, offset: int, reason: str | None = None) -> N
 
 
 def _decided_about(state: CellState, event: m.Event, offset: int) -> Job | None:
-    job = state.jobs.get(m.field_of(event, "job_id", ""))
+    job_id = m.field_of(event, "job_id")
+    job = state.jobs.get(job_id) if isinstance(job_id, str) else None
     if job is not None:
         job.reason = event.envelope.reason
         job.reason_offset = offset
@@ -250,11 +251,14 @@ def _cohort_defined(state: CellState, e: m.CohortDefined, offset: int) -> None:
     state.tenancy.configuration_changed()
 
 
+def _rule(rule: m.PreemptionRule | None) -> str | None:
+    return None if rule is None else rule.value
+
+
 def _team_defined(state: CellState, e: m.TeamDefined, offset: int) -> None:
     if team_problem(e) is not None:
         return  # the admitter rejects it; the team stays as it was
-    rules = TeamPreemption(*(None if rule is None else rule.value
-                             for rule in (e.within_team, e.reclaim_within_cohort, e.borrow_within_cohort)),
+    rules = TeamPreemption(_rule(e.within_team), _rule(e.reclaim_within_cohort), _rule(e.borrow_within_cohort),
                            e.max_priority_threshold)
     state.tenancy.teams[e.team] = Team(e.team, e.cohort, e.weight_milli, rules)
     if e.cohort is not None:
@@ -379,7 +383,7 @@ def _job_admitted(state: CellState, e: m.JobAdmitted, offset: int) -> None:
     count = _admitted_count(job, e.gpus)
     usage = state.tenancy.committed(job)  # quota held for other gangs is not this one's to take
     fit = state.tenancy.admissible(job.team, job.gpu_type, e.gpus, usage=usage) if count else None
-    if fit is None or not fit.fits or fit.borrowed > e.borrowed:
+    if count is None or fit is None or not fit.fits or fit.borrowed > e.borrowed:
         _note(job, e, offset, SUPERSEDED)  # an admission folded since took the quota this one was decided on
         return
     if _delays_a_reservation(state, job, e, _at(state, e)):
@@ -410,8 +414,9 @@ def _delays_a_reservation(state: CellState, job: Job, e: m.JobAdmitted, now: int
     capacity is held for it (CapacityHeld)."""
     nodes = state.cluster.nodes
     mine = {name for _, name, _ in job.held}
-    reserved = {nodes[a.node].reserved_for for a in e.assignments if a.node in nodes and a.node not in mine}
-    for holder in sorted(reserved - {None, job.job_id}):
+    reserved = {holder for a in e.assignments
+                if a.node in nodes and a.node not in mine and (holder := nodes[a.node].reserved_for) is not None}
+    for holder in sorted(reserved - {job.job_id}):
         if outranks(job, state.jobs.get(holder)):
             continue
         shadow = shadow_time(state, state.reservations.get(holder, ()), now, frozenset({job.job_id}))

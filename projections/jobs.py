@@ -50,6 +50,14 @@ class Checkpoint:
     progress_ms: int
     at: int
 
+    # Immutable, so a copy is the same value. Said here because compiled (events/compiled.py) `copy` would set a
+    # frozen dataclass's fields one by one, which it refuses.
+    def __copy__(self) -> Checkpoint:
+        return self
+
+    def __deepcopy__(self, memo: dict) -> Checkpoint:
+        return self
+
 
 @dataclass
 class Job:
@@ -101,7 +109,8 @@ class Job:
     history: list[tuple[int, int, str, str]] = field(default_factory=list)  # (offset, at, event type, reason)
 
     # A gang's size never changes once submitted (a resubmission with another size is refused), so the sizes
-    # quota checks and queue keys read many times a cycle are computed once.
+    # quota checks and queue keys read many times a cycle are computed once (compiled, events/compiled.py, on each
+    # read: as cheap there).
     @cached_property
     def gpus(self) -> int:
         """GPUs the whole gang asks for."""

@@ -11,6 +11,7 @@ already seen, is simply ignored by the fold, as agents send them in the normal c
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from events import models as m
@@ -37,6 +38,12 @@ class Limits:
     @classmethod
     def of(cls, e: m.CellConfigured) -> Limits:
         return cls(e.max_gpus_per_node, e.max_workers, e.max_name_length, e.max_tick_jump_ms, e.max_event_lead_ms)
+
+    def __copy__(self) -> Limits:  # immutable: see Checkpoint's
+        return self
+
+    def __deepcopy__(self, memo: dict) -> Limits:
+        return self
 
 
 @dataclass(frozen=True)
@@ -221,7 +228,7 @@ _ENVELOPE_TEXT = ("event_id", "producer", "causation_id", "correlation_id", "pol
 _TEXT_FIELDS: dict[type, tuple[tuple[str, bool, bool], ...]] = {}
 
 
-def _text_fields(kind: type) -> tuple[tuple[str, bool, bool], ...]:
+def _text_fields(kind: type[m.Record]) -> tuple[tuple[str, bool, bool], ...]:
     """The fields of an event type that hold text, computed once: (name, whether it is one string rather than a
     list or dict of them, whether it is free text)."""
     fields = _TEXT_FIELDS.get(kind)
@@ -312,7 +319,7 @@ def _node_fact(state, e) -> Refusal | None:
     return None
 
 
-_CHECKS = {
+_CHECKS: dict[type, Callable[..., Refusal | None]] = {
     m.CellConfigured: _configured,
     m.Tick: _tick,
     m.JobSubmitted: _submitted,

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from bisect import bisect_left
 from collections.abc import Callable, Sequence
+from typing import cast
 
 from events import models as m
 from events.models import Reason
@@ -76,8 +77,8 @@ class Admitter:
                 return [rejection]
         elif isinstance(event, m.JobCancelRequested):
             return [cancel(state, event, ctx)]
-        elif isinstance(event, m.QuotaSet) and (rejection := invalid_quota(state, event, ctx)) is not None:
-            return [rejection]
+        elif isinstance(event, m.QuotaSet) and (invalid := invalid_quota(state, event, ctx)) is not None:
+            return [invalid]
         elif isinstance(event, m.TeamDefined) and (problem := team_problem(event)) is not None:
             return [m.RequestRejected(envelope=ctx.envelope(Reason.INVALID_REQUEST),
                                       request_event_id=event.envelope.event_id, request_type="TeamDefined",
@@ -122,7 +123,7 @@ def quiet_until(state: CellState, now: int, compared: Sequence[int], waits: Sequ
     (the shadow times of reservations, the heads' expected starts, the next release of each GPU type it looked
     at), and `now` plus a waiting gang's time limit with the latter. A comparison with a time changes its outcome
     only where `now` reaches it or one past it; one with a time less a limit, one past that."""
-    moments = [state.jobs[j].hold_until for j in state.holds]
+    moments = [until for j in state.holds if (until := state.jobs[j].hold_until) is not None]
     return min(first_after(moments, now), first_waiting(state, None, now), first_after(waits, now),
                compared_until(state, compared, now))
 
@@ -207,12 +208,12 @@ def _problem(state: CellState, e: m.JobSubmitted, offset: int) -> tuple[Reason, 
     fewest = e.workers if e.min_workers is None else e.min_workers  # a gang with min_workers may run smaller
     if fewest > total:
         return Reason.LARGER_THAN_CELL, f"{fewest} workers x {e.gpus_per_worker} GPUs exceed the cell's {total} slots"
-    if e.topology_required is not None:
-        level = cluster.level_index(e.topology_required)
+    required = cluster.level_index(e.topology_required) if e.topology_required is not None else None
+    if required is not None:
         slots: dict[str, int] = {}
         for n in cluster.of_type(e.gpu_type):
             if not n.spare:
-                domain = cluster.domain_of(n, level)
+                domain = cluster.domain_of(n, required)
                 slots[domain] = slots.get(domain, 0) + n.gpus // e.gpus_per_worker
         if fewest > max(slots.values()):
             return (Reason.LARGER_THAN_TOPOLOGY_DOMAIN,
@@ -249,13 +250,14 @@ def admission_cycle(state: CellState, ctx: Context, only: Job | None = None, ref
     view = CapacityView(state.cluster)
     usage = PooledUsage(state.tenancy.committed())
     decisions: list[m.Decision] = []
+    released: set[str] = set()
     if only is None:
         for job in expired_holds(state, now):
             decisions.append(m.CapacityReleased(envelope=ctx.envelope(Reason.HOLD_EXPIRED, job.job_id),
                                                 job_id=job.job_id, detail=_expiry(state, job)))
+            released.add(job.job_id)
             view.unclaim(job)  # free for everyone from now on, the gang included
             usage[(job.team, job.gpu_type)] -= job.held_quota
-    released = {d.job_id for d in decisions}
     held = {job_id for job_id in state.holds if job_id not in released}
     reserved_by = {node: job for job, nodes in state.reservations.items() for node in nodes}
     reservations = dict(state.reservations)  # holder -> nodes, with the reservations made this cycle
@@ -409,14 +411,14 @@ def admission_cycle(state: CellState, ctx: Context, only: Job | None = None, ref
                 continue  # the cohort's pool is used up, which drains like a full cell: the gang holds nodes
             refuse(job, _QUOTA_REASONS[fit.limit], detail)
             continue
-        guarded = guard is not None and not holds and not job.moving
+        guarded = guard if not holds and not job.moving else None  # the guard that keeps its team's head
         # Quietly, a whole gang that its team's head would wait for waits and holds nothing wherever it would be
         # placed, or if it would not be (unless it may then reserve nodes), and so does its whole group either way
         # (when neither refusal spares any member of it): its room need not be looked for. Only a head start the
         # cycle has already computed is read, as the guard would read it after the placement; a shortage in number
         # is still noted for the gangs after it, as a failed placement would note it.
-        blocker = (guard.kept_blocker(job, fewest * job.gpus_per_worker)
-                   if quiet and guarded and GUARD_BEFORE_PLACING and job.min_workers is None
+        blocker = (guarded.kept_blocker(job, fewest * job.gpus_per_worker)
+                   if quiet and guarded is not None and GUARD_BEFORE_PLACING and job.min_workers is None
                    and job.job_id not in reservations else None)
         if (blocker is not None and not may_reserve(job) and no_more_room(job) is None
                 and _ends_no_sooner(state, job) is None):
@@ -444,7 +446,7 @@ def admission_cycle(state: CellState, ctx: Context, only: Job | None = None, ref
         if isinstance(outcome, Placement):
             gpus = outcome.workers * job.gpus_per_worker
             # a gang moving to make room was running: it takes its turn back, whatever waits behind it
-            blocker = guard.blocker(job, gpus) if guarded else None
+            blocker = guarded.blocker(job, gpus) if guarded is not None else None
             if blocker is not None:
                 if holds:
                     usage[own] += job.held_quota
@@ -521,7 +523,7 @@ def expired_holds(state: CellState, now: int) -> list[Job]:
     """Gangs whose hold has run out: past its end, with none of its victims still making room."""
     making_room = {state.jobs[v].preempted_for for v in state.preempting}
     return [state.jobs[j] for j in sorted(state.holds)
-            if state.jobs[j].hold_until < now and j not in making_room]
+            if (until := state.jobs[j].hold_until) is not None and until < now and j not in making_room]
 
 
 def _expiry(state: CellState, job: Job) -> str:
@@ -550,7 +552,9 @@ def _ends_no_sooner(state: CellState, job: Job) -> Callable[[Job], bool] | None:
     None when every gang of its needs does, as the state's count of their limits shows."""
     limit = job.time_limit_ms
     limits = state.queued_limits.get(job.needs(), {})
-    if None in limits and len(limits) == 1 or limit is not None and min(limits.keys() - {None}, default=limit) >= limit:
+    if None in limits and len(limits) == 1:
+        return None
+    if limit is not None and min(cast("set[int]", limits.keys() - {None}), default=limit) >= limit:
         return None
     return lambda other: other.time_limit_ms is None or (limit is not None and other.time_limit_ms >= limit)
 
@@ -558,7 +562,7 @@ def _ends_no_sooner(state: CellState, job: Job) -> Callable[[Job], bool] | None:
 def _delay_detail(blocker: HeadStart, now: int) -> str:
     head = blocker.job
     when = "once work without a time limit ends" if blocker.start == EVENTUALLY else (
-        f"in {max(0, blocker.start - now) // 1000} s")
+        f"in {max(0, (blocker.start or now) - now) // 1000} s")
     return (f"it would delay {head.job_id}, which heads the queue and is expected to start {when} "
             f"({head.min_gpus} {head.gpu_type} GPUs); only work that ends by then, or leaves it room, may pass it")
 

@@ -10,13 +10,10 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Protocol
+from typing import Any, Protocol
 
 from events.models import Decision, Envelope, Event, Reason
 from projections.cell import CellState
-
-if TYPE_CHECKING:  # knobs are values the caller passes in; the core does not depend on the deciders' policies
-    from services.policy import Policy
 
 
 @dataclass
@@ -28,7 +25,7 @@ class Context:
     producer: str
     cause: Event
     basis_offset: int
-    policy: Policy
+    policy: Any  # a Policy: compiled (events/compiled.py), a dataclass's field types must exist when it loads
     heartbeats: Mapping[str, int] | None = None
     recorded: Sequence[Decision] = ()
     at: int | None = None  # the cell's time (CellState.now); the cause's own stamp when not given

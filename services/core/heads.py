@@ -23,7 +23,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Callable, Container, Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, ClassVar, TypeGuard
 
 from projections.cell import CellState
 from projections.jobs import Job, JobState
@@ -62,7 +62,7 @@ class HeadStart:
             return False
         if self.start == now:
             return True
-        return self._runs_at_start(job, now) and not self._fits(self.free - gpus, self._with(job, gpus))
+        return self._runs_at_start(job, now, self.start) and not self._fits(self.free - gpus, self._with(job, gpus))
 
     def admit(self, job: Job, gpus: int, now: int) -> bool:
         """Counts an admission that runs at the head's start; False when the start must be computed again (the
@@ -71,14 +71,15 @@ class HeadStart:
             return True
         if self.start == now:
             return False
-        if not self._runs_at_start(job, now):
+        if not self._runs_at_start(job, now, self.start):
             return True
         self.free -= gpus
         self.usage = self._with(job, gpus)
         return self._fits(self.free, self.usage)
 
-    def _runs_at_start(self, job: Job, now: int) -> bool:
-        return job.time_limit_ms is None or self.start == EVENTUALLY or now + job.time_limit_ms > self.start
+    @staticmethod
+    def _runs_at_start(job: Job, now: int, start: int) -> bool:
+        return job.time_limit_ms is None or start == EVENTUALLY or now + job.time_limit_ms > start
 
     def _with(self, job: Job, gpus: int) -> Usage:
         usage = dict(self.usage)
@@ -141,7 +142,7 @@ class _Holding:
     team, kept in the state's memo and brought up to date from the jobs that moved since (`CellState.moved`): an
     admission cycle reads them without going through every running job."""
 
-    KEY = "heads.holding"
+    KEY: ClassVar[str] = "heads.holding"
 
     def __init__(self, state: CellState) -> None:
         self.moved: set[str] = set()
@@ -209,9 +210,10 @@ def expected_start(tenancy: Tenancy, head: Job, now: int, free: int, usage: Usag
     i = 0
     while True:
         if at == now:  # not admissible now, whatever the counts say: the first chance is the next release
-            at = next((r[0] for r in released if r[0] > now), None)
-            if at is None:
+            first = next((r[0] for r in released if r[0] > now), None)
+            if first is None:
                 return HeadStart(head, None, free, usage, tenancy, borrowing, count_gpus)
+            at = first
         if at == EVENTUALLY:  # its start waits for work without a time limit: what is free before that is its own
             start = HeadStart(head, EVENTUALLY, free, dict(usage), tenancy, borrowing, count_gpus)
         while i < len(released) and released[i][0] <= at:
@@ -244,7 +246,7 @@ def team_head(state: CellState, team: str, skip: Container[str] = frozenset(), l
     return state.jobs[best[-1]] if best is not None else None
 
 
-def guards(head: Job | None, job: Job, held: Container[str]) -> bool:
+def guards(head: Job | None, job: Job, held: Container[str]) -> TypeGuard[Job]:
     """Whether `head`'s expected start is kept from `job`: another gang of its team and GPU type, while the head has
     no capacity held for it (its hold covers it then)."""
     return head is not None and head.job_id != job.job_id and head.gpu_type == job.gpu_type and head.job_id not in held
@@ -290,11 +292,16 @@ def head_compared(state: CellState, start: HeadStart, now: int, released: list[R
     out = [head.not_before] if head.not_before > now else []
     released = releases(state, head.gpu_type) if released is None else released
     out.extend(itertools.islice((r[0] for r in released if r[0] > now), 1))
-    if start.start not in (None, EVENTUALLY, now):
+    if _later(start.start, now):
         out.append(start.start)
     if head.time_limit_ms is not None:
         out.extend(shadow for shadow in shadow_times(state, now).values() if shadow is not None and shadow != now)
     return out
+
+
+def _later(start: int | None, now: int) -> TypeGuard[int]:
+    """Whether a head's expected start is a known time other than now."""
+    return start is not None and start != EVENTUALLY and start != now
 
 
 class Guard:
@@ -368,7 +375,7 @@ class Guard:
         """The times the expected starts computed so far compared `now` with: each known start later than now (a
         start of now, a head admissible now, stays now while nothing else changes), and the next
         release after now of each GPU type looked at (nothing comes free before it)."""
-        out = [s.start for s in self.starts.values() if s.start not in (None, EVENTUALLY, self.now)]
+        out = [s.start for s in self.starts.values() if _later(s.start, self.now)]
         for released in self.running.values():
             out.extend(itertools.islice((r[0] for r in released if r[0] > self.now), 1))
         return out

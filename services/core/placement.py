@@ -16,8 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
-from functools import cached_property
+from dataclasses import dataclass
 from operator import mul
 from typing import TYPE_CHECKING
 
@@ -33,20 +32,28 @@ if TYPE_CHECKING:  # the placer's knobs, passed in by whichever decider places
     from services.placer.policy import PlacementPolicy
 
 Assignments = tuple[tuple[int, str, tuple[int, ...]], ...]  # (worker, node, GPU indices)
+_NO_NODES: tuple[int, ...] = ()  # the histogram of a domain without schedulable nodes
 
 
-@dataclass(frozen=True, eq=False)
 class Placement:
     """Room for `workers` workers of a gang. Which domain, nodes and GPU indices they get (`domain`, `assignments`)
     is worked out when first read, on the view as it is then: read them before the view changes, or call
     `chosen()`. Most placements only answer whether a gang fits, and never pay for the choice."""
 
-    workers: int
-    choose: Callable[[], tuple[str | None, Assignments]] = field(repr=False)
+    def __init__(self, workers: int, choose: Callable[[], tuple[str | None, Assignments]]) -> None:
+        self.workers = workers
+        self.choose = choose
+        # kept by hand: compiled (events/compiled.py), a cached_property is a plain property
+        self._chosen: tuple[str | None, Assignments] | None = None
 
-    @cached_property
+    def __repr__(self) -> str:
+        return f"Placement(workers={self.workers})"
+
+    @property
     def _choice(self) -> tuple[str | None, Assignments]:
-        return self.choose()
+        if self._chosen is None:
+            self._chosen = self.choose()
+        return self._chosen
 
     @property
     def domain(self) -> str | None:
@@ -334,7 +341,8 @@ class CapacityView:
         else:  # the same, inline: this is the hot path of packing a large, empty cell
             base, over = cluster.histogram, self.histogram
             racks = [rack for rack in racks
-                     if len(h := over.get(key := (gpu_type, level, rack)) or base.get(key, ())) > tightest and h[tightest] > 0]
+                     if len(h := over.get(key := (gpu_type, level, rack)) or base.get(key) or _NO_NODES) > tightest
+                     and h[tightest] > 0]
         free = {rack: fullness.in_domain(level, rack) for rack in racks}
         least = min(free.values())
         racks = [rack for rack in racks if free[rack] == least]
@@ -359,7 +367,7 @@ class CapacityView:
             usable.sort(key=lambda n: (frees[n.name], fullness.of(n), n.name))
         elif policy.best_fit:
             usable.sort(key=lambda n: (frees[n.name], n.name))
-        assignments = []
+        assignments: list[tuple[int, str, tuple[int, ...]]] = []
         for node in usable:
             indices = self.free_indices(node)
             for k in range(len(indices) // g):

@@ -73,6 +73,10 @@ def order_key(state: CellState, admission: AdmissionPolicy) -> Callable[[Job], t
     return key
 
 
+def _every(job: Job) -> bool:
+    return True
+
+
 class WaitingGangs:
     """Iterates waiting gangs in queue order; tell it whether each was `admitted()` or `refused()`."""
 
@@ -91,7 +95,7 @@ class WaitingGangs:
 
     @classmethod
     def of(cls, state: CellState, now: int, key: Callable[[Job], tuple],
-           keep: Callable[[Job], bool] = lambda job: True) -> WaitingGangs:
+           keep: Callable[[Job], bool] = _every) -> WaitingGangs:
         """Every waiting gang: groups of equal needs, and on its own each gang that holds a reservation or capacity
         (it sees nodes the others don't) or is moving (it goes first). `keep` drops whole groups by their first
         member."""
@@ -106,7 +110,7 @@ class WaitingGangs:
             if queued is not None:
                 with_holders.setdefault(queued.needs, []).append((queued.rank, job_id))
         for alike, members in state.queued_by_needs.items():  # (rank, job id), read in place: a cycle folds nothing
-            whole = alike
+            whole: tuple | None = alike
             if alike in with_holders:
                 members, whole = _without(members, with_holders[alike]), None
             if members and keep(state.jobs[members[0][1]]):

@@ -23,7 +23,7 @@ import heapq
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from events import models as m
 from events.models import Reason
@@ -47,7 +47,7 @@ class Replica:
     """One decider over one cell's log. Live replicas see heartbeats (side input); a replay passes `recorded`."""
 
     decider: Decider
-    policy: Policy
+    policy: Any  # a Policy: compiled (events/compiled.py), a dataclass's field types must exist when it loads
     state: CellState = field(default_factory=CellState)
     assumed: dict[str, m.Decision] = field(default_factory=dict)  # own decisions not yet read back, in order made
     heartbeats: dict[str, int] = field(default_factory=dict)  # node -> latest heartbeat up to the cell's time
@@ -72,8 +72,9 @@ class Replica:
         overlay = self._overlay
         if overlay is not None and overlay.laid:
             own = self.own(event)
-            if own and overlay.oldest() is self.assumed.get(event.envelope.event_id):
-                overlay.land(overlay.oldest(), offset)  # already folded, exactly as the log has it
+            oldest = overlay.oldest()
+            if own and oldest is not None and oldest is self.assumed.get(event.envelope.event_id):
+                overlay.land(oldest, offset)  # already folded, exactly as the log has it
                 if not overlay.laid:
                     self._overlay = None  # the next decision in flight is laid only when a decision needs it
                 return self.answer(offset, event)
@@ -132,10 +133,10 @@ class Replica:
         return self._remember(decisions)
 
     def _context(self, offset: int, event: m.Event) -> Context:
-        replay = self.recorded is not None
+        recorded = self.recorded
         return Context(self.decider.name, event, offset, self.policy, at=self.state.now, cell=self.state.cell or None,
-                       heartbeats=None if replay else self.heartbeats,
-                       recorded=self.recorded(offset) if replay else ())
+                       heartbeats=self.heartbeats if recorded is None else None,
+                       recorded=() if recorded is None else recorded(offset))
 
     def _refusal(self, offset: int, event: m.Event, refused: Refusal) -> m.RecordRefused:
         ctx = self._context(offset, event)

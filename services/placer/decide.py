@@ -30,7 +30,7 @@ class Placer:
     def decide(self, state: CellState, event: m.Event, ctx: Context) -> list[m.Decision]:
         if isinstance(event, m.JobAdmitted) and event.assignments:
             return []  # the admitter binds its plan itself, right after
-        job = state.jobs.get(event.job_id)
+        job = state.jobs.get(getattr(event, "job_id"))  # each of its triggers names a job
         if job is None or job.state is not JobState.ADMITTED:
             return []
         return [bind(state, job, ctx)]

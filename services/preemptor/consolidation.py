@@ -135,9 +135,9 @@ def _delays_its_head(state: CellState, job: Job, policy: Policy, now: int, memo:
     heads = memo.setdefault("heads", {})
     if job.team not in heads:
         head = team_head(state, job.team, las=least_attained_service(state, policy.admission))
-        drains = head is not None and may_drain(state, head, policy.admission.max_drain_share)
-        heads[job.team] = (head, head_start(state, head, now, policy, _released(state, head.gpu_type, memo))
-                           if drains else None, {})
+        start = (head_start(state, head, now, policy, _released(state, head.gpu_type, memo))
+                 if head is not None and may_drain(state, head, policy.admission.max_drain_share) else None)
+        heads[job.team] = (head, start, {})
     head, start, delays = heads[job.team]
     if start is None or not guards(head, job, state.holds):
         return False

@@ -23,6 +23,7 @@ from __future__ import annotations
 import itertools
 from bisect import bisect_right
 from dataclasses import replace
+from typing import cast
 
 from events import models as m
 from events.models import Reason
@@ -53,13 +54,17 @@ CANDIDATES_PER_TICK = 8
 _BENEFICIARY_DONE = (m.JobAdmitted, m.JobCancelled, m.JobRejected, m.JobFailed)
 
 
+def _of_a_victim(state: CellState, event: m.CheckpointCompleted) -> bool:
+    return event.job_id in state.preempting
+
+
 class Preemptor:
     name = "preemptor"
     triggers = frozenset({m.CheckpointCompleted, m.Tick, m.JobQueued, m.CapacityHeld, *_BENEFICIARY_DONE})
     side_input: frozenset[type] = frozenset()
     answers_refusals = False
     # a checkpoint decides something only for a victim making room (most are of jobs that just run)
-    only_if = {m.CheckpointCompleted: lambda state, event: event.job_id in state.preempting}
+    only_if = {m.CheckpointCompleted: _of_a_victim}
 
     def decide(self, state: CellState, event: m.Event, ctx: Context) -> list[m.Decision]:
         if isinstance(event, m.Tick):
@@ -131,7 +136,7 @@ def quiet_until(state: CellState, policy: PreemptionPolicy, now: int) -> int:
     with time-sharing, a running job's attained service reaching its next band (it may then yield to gangs of a
     lower band). Everything else these tests read is the state's."""
     jobs = state.jobs
-    moments = [jobs[j].preemption_deadline for j in state.preempting if jobs[j].preemption_deadline is not None]
+    moments = [deadline for j in state.preempting if (deadline := jobs[j].preemption_deadline) is not None]
     if policy.time_share != "Never":
         for running in state.running_by_team.values():
             moments.extend(at for _, j in running if (at := jobs[j].next_band_at(now)) is not None)
@@ -313,9 +318,10 @@ def ask_victims(state: CellState, held: m.CapacityHeld, ctx: Context) -> list[m.
             and (stranded := homeless(state, victims, ctx)) is not None):
         return [m.CapacityReleased(envelope=ctx.envelope(Reason.HOLD_STALE, job.job_id), job_id=job.job_id,
                                    detail=f"no victim asked: {stranded.job_id} would no longer fit elsewhere")]
+    entitled = cast("dict[str, Reason]", reasons)  # none is None now
     decisions: list[m.Decision] = []
     for victim in victims:
-        victim_id, reason = victim.job_id, reasons[victim.job_id]
+        victim_id, reason = victim.job_id, entitled[victim.job_id]
         decisions.append(m.PreemptionRequested(envelope=ctx.envelope(reason, victim_id), job_id=victim_id,
                                                for_job_id=job.job_id, checkpoint_deadline=held.until))
         if held.until <= ctx.now:  # no grace: evicted at once, from its last checkpoint, not at the next tick
@@ -340,7 +346,7 @@ def withdraw(state: CellState, job_id: str, ctx: Context) -> list[m.Decision]:
 def _racks(state: CellState, assignments) -> int:
     """How many racks (the innermost topology level) the assignments span; 1 in a cell without levels."""
     nodes = state.cluster.nodes
-    return len({nodes[name].domains[-1] for _, name, _ in assignments if nodes[name].domains} or {None})
+    return len({nodes[name].domains[-1] for _, name, _ in assignments if nodes[name].domains}) or 1
 
 
 def _one_rack(state: CellState, job: Job, ranked: list[tuple[tuple, Job]], usage: dict[tuple[str, str], int],

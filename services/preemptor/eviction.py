@@ -105,7 +105,7 @@ class AfterEviction:
             gives = self._gives[victim.job_id] = self._given_back(victim)
         freed, gain = self.freed, self._gain
         counted, g = self.state.cluster.counted, self.job.gpus_per_worker
-        excluded = self._off[0] if gain is not None else ()
+        excluded = off[0] if gain is not None and (off := self._off) is not None else ()
         for name, gpus in gives:  # only nodes where victims give GPUs back stay in `freed`
             had = freed.get(name, 0)
             left = had + sign * gpus
@@ -121,10 +121,11 @@ class AfterEviction:
     def _given_back(self, victim: Job) -> list[tuple[str, int]]:
         """The GPUs of the job's type that `victim` holds and would give back, per worker's node (claimed ones stay
         claimed, retired ones stay retired)."""
-        cluster, out = self.state.cluster, []
+        cluster = self.state.cluster
+        out: list[tuple[str, int]] = []
         for _, name, gpus in victim.assignments:
             node = cluster.nodes.get(name)
-            if name in cluster.counted and node.gpu_type == self.job.gpu_type:
+            if node is not None and name in cluster.counted and node.gpu_type == self.job.gpu_type:
                 out.append((name, sum(1 for i in gpus if i in node.holder and i not in node.retired
                                       and i not in node.claimed)))
         return out
@@ -229,11 +230,12 @@ def stale(state: CellState, job: Job, ctx: Context) -> str:
         if victim is not None and victim.preempted_for not in (None, job.job_id):
             return f"victim {victim_id} is already making room for {victim.preempted_for}"
     workers = 0
+    allowed = (None, *victims)  # a GPU may still be free or held by one of the victims
     for _, name, gpus in job.held:
         node = state.cluster.nodes.get(name)
         if node is None or not node.schedulable or len(gpus) != job.gpus_per_worker:
             return f"the planned GPUs on {name} are no longer usable"
-        taken = [g for g in gpus if node.holder.get(g) not in (None, *victims)]
+        taken = [g for g in gpus if node.holder.get(g) not in allowed]
         if taken:
             return f"GPU {taken[0]} of {name} was taken by {node.holder[taken[0]]} before the hold was folded"
         workers += 1

@@ -116,11 +116,11 @@ def overdue(state: CellState, ctx: Context) -> list[m.Decision]:
             ran = format_duration((now - job.running_since) // 1000 * 1000)
             decisions.append(m.JobFailed(envelope=ctx.envelope(Reason.TIME_LIMIT_EXCEEDED, job.job_id),
                                          job_id=job.job_id, detail=f"its run of {ran} exceeded its time limit of "
-                                                                   f"{format_duration(job.time_limit_ms)}"))
+                                                                   f"{format_duration(job.time_limit_ms or 0)}"))
         else:
             started = len(job.started_workers)
             detail = (f"{started} of {len(job.assignments) or job.admitted_workers} workers started within "
-                      f"{format_duration(policy.start_timeout_ms)} of its admission")
+                      f"{format_duration(policy.start_timeout_ms or 0)} of its admission")
             decisions.extend(interrupt(state, [job], None, Reason.WORKERS_NOT_STARTED, detail, ctx))
     return decisions
 
@@ -191,7 +191,7 @@ def hold_through_backoff(state: CellState, jobs: list[Job], lost: Node, spare: s
         g = job.gpus_per_worker
         held = [(w, name, gpus) for w, name, gpus in job.assignments if name != lost.name]
         for w, name, _ in job.assignments:
-            if name == lost.name and len(room) >= g:
+            if name == lost.name and spare is not None and len(room) >= g:
                 held.append((w, spare, tuple(room[:g])))
                 room = room[g:]
         if not held:

@@ -4,6 +4,7 @@ states random streams reach."""
 import copy
 from unittest.mock import patch
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -130,12 +131,14 @@ def _unordered(decisions) -> list[str]:
                   if not isinstance(d, m.JobQueued) or d.envelope.reason is Reason.HOLDS_RESERVATION)
 
 
+@pytest.mark.pure  # patches the core's source (tests/conftest.py)
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.data())
 def test_admission_by_groups_of_equal_needs_equals_one_gang_at_a_time(data):
     run(stream(DataChooser(data), steps=40), observers=[GroupedAdmissionAgreesWithOneByOne()])
 
 
+@pytest.mark.pure  # patches the core's source (tests/conftest.py)
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.data())
 def test_admission_by_groups_equals_one_gang_at_a_time_under_least_attained_service(data):
@@ -165,6 +168,7 @@ _PARTING = [
 ]
 
 
+@pytest.mark.pure  # patches the core's source (tests/conftest.py)
 def test_a_group_refused_before_a_reservation_is_released_mid_cycle_is_not_looked_at_again():
     """short8, holding n1 with capacity held for it, is admitted in a quiet cycle, which releases n1's reservation.
     The grouped walk had refused short9's group (short9, short1: 8 GPUs, band 0) before that, so nothing of 8 GPUs
@@ -179,6 +183,7 @@ def test_a_group_refused_before_a_reservation_is_released_mid_cycle_is_not_looke
 
 
 
+@pytest.mark.pure  # patches the core's source (tests/conftest.py)
 def test_a_gang_after_a_quota_refusal_of_its_team_may_still_reserve_in_a_quiet_cycle(monkeypatch):
     """Team a (nominal 8, cohort co) borrows for d, admitted first (high priority). The grouped walk refuses aa's
     group (aa, bb: 8 GPUs, high) at aa (8 GPUs free, none whole), before d; one by one, bb is looked at after d and its team's quota refuses
@@ -246,6 +251,7 @@ def _all_of(decisions) -> list[str]:
     return [f"{type(d).__name__} {d.model_dump(exclude={'envelope': {'event_id'}})}" for d in decisions]
 
 
+@pytest.mark.pure  # patches the core's source (tests/conftest.py)
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.data())
 def test_groups_refused_in_one_step_tell_what_member_by_member_does(data):

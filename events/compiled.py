@@ -1,0 +1,83 @@
+"""The compiled build of the pure core: the fold and the deciders, compiled to C by mypyc (compose/compile_core.py).
+Python imports a listed module from the build only while the build was made from exactly the sources beside it by
+this very Python; otherwise, or with GANGWAY_PURE=1 set, the source runs. Both decide the same (a test holds it)."""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import json
+import os
+import sys
+from importlib.abc import MetaPathFinder
+from importlib.machinery import ModuleSpec
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+BUILD = ROOT / "build" / "native"
+MANIFEST = BUILD / "manifest.json"
+
+#: The modules compiled: the fold (projections) and what the four deciders run on every event (services).
+MODULES = (
+    "projections.jobs", "projections.cell", "projections.cluster", "projections.evolve", "projections.reservations",
+    "projections.validate", "projections.usage",
+    "services.core.decider", "services.core.heads", "services.core.placement", "services.core.queue",
+    "services.core.quiet", "services.core.quota", "services.core.replica",
+    "services.admitter.decide", "services.placer.decide", "services.preemptor.decide",
+    "services.preemptor.consolidation", "services.preemptor.eviction", "services.preemptor.victims",
+    "services.recovery.decide",
+)
+
+
+def source_of(module: str) -> Path:
+    return ROOT.joinpath(*module.split(".")).with_suffix(".py")
+
+
+def digest() -> str:
+    """What a build is made from: the listed modules' sources and the Python that runs them."""
+    h = hashlib.sha256(sys.version.encode())
+    for module in MODULES:
+        h.update(module.encode())
+        h.update(source_of(module).read_bytes())
+    return h.hexdigest()
+
+
+class _Build(MetaPathFinder):
+    """Finds the listed modules (and mypyc's shared runtime module) in the build."""
+
+    def __init__(self, files: dict[str, Path]) -> None:
+        self.files = files
+
+    def find_spec(self, fullname: str, path: object = None, target: object = None) -> ModuleSpec | None:
+        file = self.files.get(fullname)
+        return None if file is None else importlib.util.spec_from_file_location(fullname, file)
+
+
+def status() -> str:
+    """'compiled', 'pure' (GANGWAY_PURE=1), 'stale' (the sources changed since the build) or 'absent'."""
+    if os.environ.get("GANGWAY_PURE") == "1":
+        return "pure"
+    try:
+        manifest = json.loads(MANIFEST.read_text())
+    except (OSError, ValueError):
+        return "absent"
+    if manifest.get("digest") != digest() or not all((BUILD / f).is_file() for f in manifest["files"].values()):
+        return "stale"
+    return "compiled"
+
+
+_installed: list[_Build] = []
+
+
+def install() -> str:
+    """Puts the build ahead of the sources when it matches them (once per process); returns `status()`."""
+    if _installed:
+        return "compiled"
+    state = status()
+    if state == "compiled":
+        files = json.loads(MANIFEST.read_text())["files"]
+        if any(name in sys.modules for name in files):  # imported from source already: keep one version of each
+            return "pure"
+        _installed.append(_Build({name: BUILD / file for name, file in files.items()}))
+        sys.meta_path.insert(0, _installed[0])
+    return state
