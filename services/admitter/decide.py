@@ -14,7 +14,8 @@ from __future__ import annotations
 
 from bisect import bisect_left
 from collections.abc import Callable, Sequence
-from typing import cast
+from functools import partial
+from typing import TYPE_CHECKING, cast
 
 from events import models as m
 from events.models import Reason
@@ -38,6 +39,9 @@ from services.core.placement import (
 from services.core.queue import WaitingGangs, least_attained_service, order_key
 from services.core.quiet import compared_until, first_after, first_waiting, is_quiet, remember
 from services.core.quota import quota_fit
+
+if TYPE_CHECKING:
+    from services.admitter.policy import AdmissionPolicy
 
 #: Events after which queued work may fit: capacity or quota came free, or time passed. An interruption frees
 #: capacity, but recovery requeues (or fails) the gang in the same batch: the cycle runs then, when the gang is
@@ -275,88 +279,21 @@ def admission_cycle(state: CellState, ctx: Context, only: Job | None = None, ref
         order = WaitingGangs.of(state, now, order_key(state, policy),
                                 lambda job: not quiet or job.min_gpus <= free.get(job.gpu_type, 0) or job.has_hold)
 
-    def admissible(job: Job) -> bool:
-        """Whether the job could be admitted now, as this cycle sees the cell."""
-        most, fit = quota_fit(state.tenancy, job, policy.borrowing, usage)
-        if job.not_before > now or not fit.fits:
-            return False
-        excluded = excluded_nodes(reservations, job, now, shadows, state.jobs)
-        return isinstance(place_gang(view, job, most, ctx.policy.placement, excluded), Placement)
-
+    admissible = partial(_admissible, state, ctx, view, usage, reservations, shadows)
     guard = Guard(state, now, policy.borrowing, view.free_gpus, usage, admissible, reservations, held,
                   policy.max_drain_share, least_attained_service(state, policy)) if (
         policy.protect_queue_heads and policy.backfill) else None
     admitted_per_team: dict[str, int] = {}
     # The smallest gang of each (GPU type, GPUs per worker) that found no room: bigger ones won't either.
     no_room: dict[tuple[str, int], int] = {}
-    head_blocked = False
     # Without `refresh`, only admissions are decided; why the others still wait is restated on the next Tick.
     say_why = _quiet if quiet else _requeue_reason
 
-    def no_more_room(job: Job) -> Callable[[Job], bool] | None:
-        """Whether another gang of `job`'s group meets the same refusal: it may backfill onto exactly the same
-        reservations (fewer would refuse it too, but perhaps for another reason). None: every one does (no
-        reservation to backfill onto, or every gang of its needs has its time limit)."""
-        if not shadows or len(state.queued_limits.get(job.needs(), ())) == 1:
-            return None
-        usable = backfillable(job)
-        # A gang that holds no reservation may use those whose shadow its time limit ends by: which ones, is told by
-        # how many of the known shadow times come before `now` plus its limit (-1 without a limit: none).
-        known = sorted({shadow for shadow in shadows.values() if shadow is not None})
-        by_rank: dict[int, bool] = {}
+    no_more_room = partial(_no_more_room, state, now, reservations, shadows)
+    may_reserve = partial(_may_reserve, state, now, policy, reservations, waits)
 
-        def same(other: Job) -> bool:
-            if other.job_id in reservations:
-                return backfillable(other) == usable
-            limit = other.time_limit_ms
-            rank = -1 if limit is None else bisect_left(known, now + limit)
-            if rank not in by_rank:
-                by_rank[rank] = backfillable(other) == usable
-            return by_rank[rank]
-        return same
-
-    def backfillable(job: Job) -> set[str]:
-        return {holder for holder in reservations
-                if holder != job.job_id and ends_before(job, now, shadows.get(holder))}
-
-    def refuse(job: Job, reason: Reason, detail: str, itself: bool = True, room: bool = False,
-               alike: Callable[[Job], bool] | None = None) -> None:
-        """The job waits, and so does the rest of its group, for the same reason (behind a strict FIFO
-        head that now blocks, for that); for lack of `room`, only the members that may use the same
-        reserved nodes; with `alike`, only those."""
-        rest = (Reason.WAITING_FOR_QUEUE_HEAD, _HEAD_WAITS) if head_blocked else (reason, detail)
-        for waiting in order.refused(no_more_room(job) if room else alike, tell=None if quiet else rest[0]):
-            say_why(decisions, waiting, *rest, ctx)
-        if itself:
-            say_why(decisions, job, reason, detail, ctx)
-
-    def may_reserve(job: Job) -> bool:
-        """Whether a blocked gang may hold nodes, if there are nodes to drain for it."""
-        since = max(job.submitted_at, job.not_before)
-        if now - since < policy.reservation_after_ms:
-            if waits is not None:
-                waits.append(since + policy.reservation_after_ms)
-            return False
-        return (len(reservations) < policy.max_reservations
-                and may_drain(state, job, policy.max_drain_share) and _first_of_kind(state, job, reservations, now))
-
-    def reserve(job: Job) -> bool:
-        """Holds nodes for a blocked gang that waited long enough, while fewer than the most gangs do, if it
-        is the first of its kind: gangs of equal needs share the reservation of the one that ranks first."""
-        if not may_reserve(job):
-            return False
-        nodes = reservation_for(state, job, reserved_by)
-        if not nodes:
-            return False
-        reservations[job.job_id] = tuple(nodes)
-        for name in nodes:
-            reserved_by[name] = job.job_id
-        if guard is not None:
-            guard.forget(job)
-        decisions.append(m.JobQueued(envelope=ctx.envelope(Reason.HOLDS_RESERVATION, job.job_id),
-                                     job_id=job.job_id, team=job.team, reserved_nodes=nodes,
-                                     detail=f"nodes drain for this gang: {', '.join(nodes)}"))
-        return True
+    refuse = _Refusals(order, quiet, say_why, decisions, ctx, no_more_room)
+    reserve = partial(_reserve, state, ctx, guard, reservations, reserved_by, decisions, may_reserve)
 
     quota_blocked: dict[tuple[str, str], int] = {}  # smallest gang a team's quota refused this cycle
     free_left = dict(free) if quiet else {}
@@ -380,7 +317,7 @@ def admission_cycle(state: CellState, ctx: Context, only: Job | None = None, ref
                 or (shortcut and key_ in no_room and fewest >= no_room[key_] and not (asks and may_reserve(job)))):
             order.refused(no_more_room(job))
             continue
-        if head_blocked:
+        if refuse.head_blocked:
             refuse(job, Reason.WAITING_FOR_QUEUE_HEAD, _HEAD_WAITS)
             continue
         limit = policy.admissions_per_team_per_cycle
@@ -404,7 +341,7 @@ def admission_cycle(state: CellState, ctx: Context, only: Job | None = None, ref
             detail = (f"team {job.team} uses {usage.get(own, 0)} of nominal {quota.nominal} "
                       f"{job.gpu_type}; {smallest} more {_QUOTA_WHY[fit.limit]}")
             if not policy.backfill:
-                head_blocked = True  # strict FIFO: a head that its quota stops blocks the queue too
+                refuse.head_blocked = True  # strict FIFO: a head that its quota stops blocks the queue too
             elif fit.limit in _POOL_LIMITS and _fits_its_nominal(state, job) and (
                     job.job_id in reservations or reserve(job)):
                 refuse(job, _QUOTA_REASONS[fit.limit], detail, itself=False)
@@ -466,7 +403,8 @@ def admission_cycle(state: CellState, ctx: Context, only: Job | None = None, ref
             if guard is not None:
                 guard.admit(job, gpus)
             if reservations.pop(job.job_id, None) is not None:  # its nodes are free for the rest of the cycle
-                reserved_by = {n: holder for n, holder in reserved_by.items() if holder != job.job_id}
+                for name in [n for n, holder in reserved_by.items() if holder == job.job_id]:
+                    del reserved_by[name]  # in place: `reserve` holds this very dict
             if quiet:
                 free_left[job.gpu_type] -= gpus
             admitted_per_team[job.team] = admitted_per_team.get(job.team, 0) + 1
@@ -480,7 +418,7 @@ def admission_cycle(state: CellState, ctx: Context, only: Job | None = None, ref
         if shortcut and outcome.reason is Reason.INSUFFICIENT_FREE_GPUS:
             no_room[key_] = min(no_room.get(key_, fewest), fewest)
         if not policy.backfill:
-            head_blocked = True
+            refuse.head_blocked = True
         if job.job_id in reservations:
             order.refused()
             continue  # keeps its reservation and its reason
@@ -517,6 +455,107 @@ def _keep_room_for_movers(state: CellState, view: CapacityView, ctx: Context,
         room = place_gang(view, mover, mover.admitted_workers, ctx.policy.placement, excluded(mover))
         if isinstance(room, Placement):
             view.hold(room)
+
+
+# An admission cycle's helpers live here, given what they read, rather than as closures in the cycle: compiled
+# (events/compiled.py), a function's closures are kept in an object they point back to, a reference cycle per call
+# that only the garbage collector frees (a sixth of a replay's time went to collecting them).
+
+class _Refusals:
+    """Tells a gang the cycle does not admit why it waits, and the rest of its group: the same reason, or once a
+    strict FIFO head blocks (`head_blocked`), that."""
+
+    def __init__(self, order: WaitingGangs, quiet: bool, say_why: Callable[..., None], decisions: list[m.Decision],
+                 ctx: Context, no_more_room: Callable[[Job], Callable[[Job], bool] | None]) -> None:
+        self.order, self.quiet, self.say_why, self.decisions, self.ctx = order, quiet, say_why, decisions, ctx
+        self.no_more_room = no_more_room
+        self.head_blocked = False
+
+    def __call__(self, job: Job, reason: Reason, detail: str, itself: bool = True, room: bool = False,
+                 alike: Callable[[Job], bool] | None = None) -> None:
+        """The job waits, and so does the rest of its group, for the same reason (behind a strict FIFO
+        head that now blocks, for that); for lack of `room`, only the members that may use the same
+        reserved nodes; with `alike`, only those."""
+        rest = (Reason.WAITING_FOR_QUEUE_HEAD, _HEAD_WAITS) if self.head_blocked else (reason, detail)
+        for waiting in self.order.refused(self.no_more_room(job) if room else alike,
+                                          tell=None if self.quiet else rest[0]):
+            self.say_why(self.decisions, waiting, *rest, self.ctx)
+        if itself:
+            self.say_why(self.decisions, job, reason, detail, self.ctx)
+
+
+def _reserve(state: CellState, ctx: Context, guard: Guard | None, reservations: dict[str, tuple[str, ...]],
+             reserved_by: dict[str, str], decisions: list[m.Decision], may_reserve: Callable[[Job], bool],
+             job: Job) -> bool:
+    """Holds nodes for a blocked gang that waited long enough, while fewer than the most gangs do, if it
+    is the first of its kind: gangs of equal needs share the reservation of the one that ranks first."""
+    if not may_reserve(job):
+        return False
+    nodes = reservation_for(state, job, reserved_by)
+    if not nodes:
+        return False
+    reservations[job.job_id] = tuple(nodes)
+    for name in nodes:
+        reserved_by[name] = job.job_id
+    if guard is not None:
+        guard.forget(job)
+    decisions.append(m.JobQueued(envelope=ctx.envelope(Reason.HOLDS_RESERVATION, job.job_id),
+                                 job_id=job.job_id, team=job.team, reserved_nodes=nodes,
+                                 detail=f"nodes drain for this gang: {', '.join(nodes)}"))
+    return True
+
+
+def _admissible(state: CellState, ctx: Context, view: CapacityView, usage: PooledUsage,
+                reservations: dict[str, tuple[str, ...]], shadows: dict[str, int | None], job: Job) -> bool:
+    """Whether the job could be admitted now, as the cycle sees the cell."""
+    policy, now = ctx.policy, ctx.now
+    most, fit = quota_fit(state.tenancy, job, policy.admission.borrowing, usage)
+    if job.not_before > now or not fit.fits:
+        return False
+    excluded = excluded_nodes(reservations, job, now, shadows, state.jobs)
+    return isinstance(place_gang(view, job, most, policy.placement, excluded), Placement)
+
+
+def _no_more_room(state: CellState, now: int, reservations: dict[str, tuple[str, ...]],
+                  shadows: dict[str, int | None], job: Job) -> Callable[[Job], bool] | None:
+    """Whether another gang of `job`'s group meets the same refusal: it may backfill onto exactly the same
+    reservations (fewer would refuse it too, but perhaps for another reason). None: every one does (no
+    reservation to backfill onto, or every gang of its needs has its time limit)."""
+    if not shadows or len(state.queued_limits.get(job.needs(), ())) == 1:
+        return None
+    usable = _backfillable(job, now, reservations, shadows)
+    # A gang that holds no reservation may use those whose shadow its time limit ends by: which ones, is told by
+    # how many of the known shadow times come before `now` plus its limit (-1 without a limit: none).
+    known = sorted({shadow for shadow in shadows.values() if shadow is not None})
+    by_rank: dict[int, bool] = {}
+
+    def same(other: Job) -> bool:
+        if other.job_id in reservations:
+            return _backfillable(other, now, reservations, shadows) == usable
+        limit = other.time_limit_ms
+        rank = -1 if limit is None else bisect_left(known, now + limit)
+        if rank not in by_rank:
+            by_rank[rank] = _backfillable(other, now, reservations, shadows) == usable
+        return by_rank[rank]
+    return same
+
+
+def _backfillable(job: Job, now: int, reservations: dict[str, tuple[str, ...]],
+                  shadows: dict[str, int | None]) -> set[str]:
+    return {holder for holder in reservations if holder != job.job_id and ends_before(job, now, shadows.get(holder))}
+
+
+def _may_reserve(state: CellState, now: int, policy: AdmissionPolicy, reservations: dict[str, tuple[str, ...]],
+                 waits: list[int] | None, job: Job) -> bool:
+    """Whether a blocked gang may hold nodes, if there are nodes to drain for it; `waits` receives when it will
+    have waited long enough, if it has not yet."""
+    since = max(job.submitted_at, job.not_before)
+    if now - since < policy.reservation_after_ms:
+        if waits is not None:
+            waits.append(since + policy.reservation_after_ms)
+        return False
+    return (len(reservations) < policy.max_reservations
+            and may_drain(state, job, policy.max_drain_share) and _first_of_kind(state, job, reservations, now))
 
 
 def expired_holds(state: CellState, now: int) -> list[Job]:
