@@ -523,21 +523,28 @@ def _no_more_room(state: CellState, now: int, reservations: dict[str, tuple[str,
     reservation to backfill onto, or every gang of its needs has its time limit)."""
     if not shadows or len(state.queued_limits.get(job.needs(), ())) == 1:
         return None
-    usable = _backfillable(job, now, reservations, shadows)
-    # A gang that holds no reservation may use those whose shadow its time limit ends by: which ones, is told by
-    # how many of the known shadow times come before `now` plus its limit (-1 without a limit: none).
-    known = sorted({shadow for shadow in shadows.values() if shadow is not None})
-    by_rank: dict[int, bool] = {}
+    return _SameRoom(now, reservations, shadows, _backfillable(job, now, reservations, shadows))
 
-    def same(other: Job) -> bool:
-        if other.job_id in reservations:
-            return _backfillable(other, now, reservations, shadows) == usable
+
+class _SameRoom:
+    """Whether a gang may backfill onto exactly the reservations `usable`, as the refused gang could. A gang that
+    holds no reservation may use those whose shadow its time limit ends by: which ones, is told by how many of the
+    known shadow times come before `now` plus its limit (-1 without a limit: none)."""
+
+    def __init__(self, now: int, reservations: dict[str, tuple[str, ...]], shadows: dict[str, int | None],
+                 usable: set[str]) -> None:
+        self.now, self.reservations, self.shadows, self.usable = now, reservations, shadows, usable
+        self.known = sorted({shadow for shadow in shadows.values() if shadow is not None})
+        self.by_rank: dict[int, bool] = {}
+
+    def __call__(self, other: Job) -> bool:
+        if other.job_id in self.reservations:
+            return _backfillable(other, self.now, self.reservations, self.shadows) == self.usable
         limit = other.time_limit_ms
-        rank = -1 if limit is None else bisect_left(known, now + limit)
-        if rank not in by_rank:
-            by_rank[rank] = _backfillable(other, now, reservations, shadows) == usable
-        return by_rank[rank]
-    return same
+        rank = -1 if limit is None else bisect_left(self.known, self.now + limit)
+        if rank not in self.by_rank:
+            self.by_rank[rank] = _backfillable(other, self.now, self.reservations, self.shadows) == self.usable
+        return self.by_rank[rank]
 
 
 def _backfillable(job: Job, now: int, reservations: dict[str, tuple[str, ...]],
