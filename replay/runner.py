@@ -59,6 +59,11 @@ class VirtualCell:
         self.state.cell = self.state.cell or self.cell  # a record naming another cell is refused from the start
         self.replicas = replicas(self.deciders, self.policy, self.state)
 
+    @property
+    def length(self) -> int:
+        """How many events the log has had, kept or not."""
+        return self.first_offset + len(self.log)
+
     def job(self, job_id: str) -> Job | None:
         """A job, live or (with `keep_ended`) ended."""
         return self.state.jobs.get(job_id) or self.ended.get(job_id)

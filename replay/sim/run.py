@@ -92,7 +92,9 @@ def simulate(workload: Workload, policy: Policy, config: SimConfig, progress: Pr
 def _simulate(workload: Workload, policy: Policy, config: SimConfig, progress: Progress | None,
               observers: Sequence[Observer]) -> RunOutcome:
     wall0 = time.perf_counter()
-    cell = VirtualCell(cell="sim", policy=policy, tick_ms=config.tick_s * 1000)
+    # The log is not kept: observers see each event as it is folded (an exported log, say), and memory and the
+    # collector's work follow live work, not the 1.4 million events of a long trace.
+    cell = VirtualCell(cell="sim", policy=policy, tick_ms=config.tick_s * 1000, keep_log=False)
     timing = AgentTiming(start_delay_ms=config.start_delay_s * 1000,
                          checkpoint_every_ms=config.checkpoint_every_s * 1000 if config.checkpoint_every_s else None,
                          checkpoint_cost_ms=config.checkpoint_cost_s * 1000,
@@ -123,7 +125,7 @@ def _simulate(workload: Workload, policy: Policy, config: SimConfig, progress: P
               "gpus_in_use": [a for _, a, _ in meter.samples], "jobs_waiting": [w for _, _, w in meter.samples]}
     jct = sorted((j.ended_at - j.submitted_at) / 1000 for j in cell.all_jobs().values()
                  if j.state is JobState.SUCCEEDED)
-    return RunOutcome(metrics, series, jct, len(cell.log), time.perf_counter() - wall0, per_job,
+    return RunOutcome(metrics, series, jct, cell.length, time.perf_counter() - wall0, per_job,
                       estimates=recorder.summary() if recorder is not None else None)
 
 
@@ -161,15 +163,15 @@ def _play(cell: VirtualCell, meter: Meter, jobs: int, progress: Progress | None)
     while True:
         steps += 1
         if progress is not None and steps % 2048 == 0:
-            progress(meter.ended, jobs, cell.now, len(cell.log))
+            progress(meter.ended, jobs, cell.now, cell.length)
         upcoming = cell.next_scheduled_at()
         if state.queued or state.preempting:
             if upcoming is None or next_tick < upcoming:
                 cell.now = next_tick
-                before = len(cell.log)
+                before = cell.length
                 cell.append(m.Tick(envelope=cell.envelope(next_tick, "clock")))
                 next_tick += tick_ms
-                if (upcoming is None and len(cell.log) == before + 1 and not state.holding
+                if (upcoming is None and cell.length == before + 1 and not state.holding
                         and all(state.jobs[j].not_before <= next_tick for j in state.queued)):
                     break  # stuck: nothing will ever change
                 continue
@@ -179,7 +181,7 @@ def _play(cell: VirtualCell, meter: Meter, jobs: int, progress: Progress | None)
             next_tick = (upcoming // tick_ms + 1) * tick_ms if upcoming % tick_ms else upcoming
         cell.play_next()
     if progress is not None:
-        progress(meter.ended, jobs, cell.now, len(cell.log))
+        progress(meter.ended, jobs, cell.now, cell.length)
 
 
 def _time_limit(duration_ms: int, config: SimConfig) -> int | None:
