@@ -1,4 +1,5 @@
-"""The compiled build of the pure core: the fold and the deciders, compiled to C by mypyc (compose/compile_core.py).
+"""The compiled build of the pure core: the fold, the deciders and their in-memory driver, compiled to C by mypyc
+(compose/compile_core.py).
 Python imports a listed module from the build only while the build was made from exactly the sources beside it by
 this very Python; otherwise, or with GANGWAY_PURE=1 set, the source runs. Both decide the same (a test holds it)."""
 
@@ -17,15 +18,17 @@ ROOT = Path(__file__).resolve().parent.parent
 BUILD = ROOT / "build" / "native"
 MANIFEST = BUILD / "manifest.json"
 
-#: The modules compiled: the fold (projections) and what the four deciders run on every event (services).
+#: The modules compiled: the fold (projections), what the four deciders run on every event (services), and what
+#: drives them in memory (the virtual cell, the simulated agents, the simulator's meter).
 MODULES = (
     "projections.jobs", "projections.cell", "projections.cluster", "projections.evolve", "projections.reservations",
-    "projections.validate", "projections.usage",
+    "projections.validate", "projections.usage", "projections.tenancy",
     "services.core.decider", "services.core.heads", "services.core.placement", "services.core.queue",
     "services.core.quiet", "services.core.quota", "services.core.replica",
     "services.admitter.decide", "services.placer.decide", "services.preemptor.decide",
     "services.preemptor.consolidation", "services.preemptor.eviction", "services.preemptor.victims",
     "services.recovery.decide",
+    "replay.runner", "services.agent.simulated", "replay.sim.metrics",
 )
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import heapq
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from typing import cast
 
 from events import models as m
 from projections.cell import CellState
@@ -22,7 +23,7 @@ from services.policy import DEFAULT_POLICY, Policy
 
 def all_deciders() -> list[Decider]:
     """The four services, in the order they answer an event."""
-    return [decider() for decider in DECIDERS.values()]
+    return [cast(Decider, decider()) for decider in DECIDERS.values()]
 
 
 Observer = Callable[["VirtualCell", m.Event, int], None]
@@ -97,8 +98,8 @@ class VirtualCell:
         if isinstance(event, m.NodeHeartbeat):
             for replica in self.replicas:
                 replica.observe(event)
-            for observer in self.side_observers:
-                observer(self, event)
+            for side in self.side_observers:
+                side(self, event)
             return
         cursor = len(self.log)
         self.log.append(event)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from typing import Protocol
+from typing import Protocol, cast
 
 from events import models as m
 from projections.cluster import CELL
@@ -31,9 +31,10 @@ class Meter:
         self.agents = agents
         self.cycle_ms = cycle_ms  # one admission cycle: a preemption's beneficiary is due by its deadline plus this
         self.gpu_types = tuple(gpu_types)
-        self.t: int | None = None
+        self.started = False  # whether an event was seen: `t` and `next_sample` count from the first
+        self.t = 0
         self.sample_ms = sample_ms
-        self.next_sample: int | None = None
+        self.next_sample = 0
         self.samples: list[tuple[int, int, int]] = []  # (at, GPUs allocated, jobs waiting)
         self.busy_capacity = self.busy_allocated = 0  # GPU-ms while work waits or runs
         self.wait_capacity = self.wait_idle = 0  # GPU-ms while some job waits
@@ -56,7 +57,8 @@ class Meter:
 
     def __call__(self, cell: VirtualCell, event: m.Event, offset: int) -> None:
         at = event.envelope.at
-        if self.t is None:
+        if not self.started:
+            self.started = True
             self.t = at
             self.next_sample = at - at % self.sample_ms + self.sample_ms
         elif at > self.t:
@@ -67,7 +69,8 @@ class Meter:
         elif kind is m.GpuErrorReported:
             self.gpu_failures += 1
         elif kind is m.PreemptionRequested:
-            self.requests[event.job_id] = (at, max(at, event.checkpoint_deadline) + self.cycle_ms)
+            asked = cast(m.PreemptionRequested, event)
+            self.requests[asked.job_id] = (at, max(at, asked.checkpoint_deadline) + self.cycle_ms)
         elif kind in (m.NodeFailed, m.GpuFaulted):
             self.faults.append(at)
         if kind not in _KEEP_COUNTS:
@@ -105,7 +108,7 @@ class Meter:
         self.t = at
 
     def _job_event(self, cell: VirtualCell, event: m.Event, kind: type, offset: int, at: int) -> None:
-        job = cell.state.jobs.get(event.job_id)
+        job = cell.state.jobs.get(getattr(event, "job_id"))  # each of the job events names one
         if job is None:
             return
         if kind is m.JobSubmitted:
@@ -136,12 +139,13 @@ class Meter:
             self.preemptions += 1
             self.preempted[job.job_id] = self.preempted.get(job.job_id, 0) + 1
             asked, due = self.requests.pop(job.job_id, (at, at + self.cycle_ms))
-            if not asked <= self.admitted.get(event.for_job_id, -1) <= due:  # else its gang was admitted already
-                self.due.setdefault(event.for_job_id, []).append((asked, due))
+            beneficiary = cast(m.JobPreempted, event).for_job_id
+            if not asked <= self.admitted.get(beneficiary, -1) <= due:  # else its gang was admitted already
+                self.due.setdefault(beneficiary, []).append((asked, due))
             self._lost(job, job.attempt - 1, at)
         elif kind is m.JobInterrupted:
             self.interruptions += 1
-            self._lost(job, event.attempt, at)
+            self._lost(job, cast(m.JobInterrupted, event).attempt, at)
         elif kind in _ENDINGS:
             self.ended += 1
 
@@ -197,14 +201,15 @@ def summarize(cell: VirtualCell, workload: Workload, meter: Meter, start: int) -
         team["jobs"] += 1
         if job.state is JobState.SUCCEEDED:
             counts["succeeded"] += 1
-            total = job.ended_at - job.submitted_at
+            ended = cast(int, job.ended_at)  # every ended job has its end
+            total = ended - job.submitted_at
             waited = total - meter.held_ms.get(job_id, 0)
             jct.append(total)
             queue.append(waited)
             team["queue_ms"] += waited
             team["jct_ms"] += total
             team["succeeded"] += 1
-            last_end = max(last_end, job.ended_at)
+            last_end = max(last_end, ended)
             useful += durations[job_id] * job.gpus
             per_job[job_id] = (job.state.value, waited / 1000, total / 1000)
             continue

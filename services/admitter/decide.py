@@ -21,8 +21,9 @@ from events import models as m
 from events.models import Reason
 from projections.cell import CellState
 from projections.jobs import Job, JobState
+from projections.pooled import PooledUsage
 from projections.reservations import ends_before
-from projections.tenancy import DEFAULT_PRIORITY, PooledUsage
+from projections.tenancy import DEFAULT_PRIORITY
 from projections.validate import request_problem, team_problem
 from services.core.decider import ASK_ALWAYS, Context
 from services.core.heads import EVENTUALLY, Guard, HeadStart, held_free, may_drain

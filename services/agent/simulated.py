@@ -55,7 +55,7 @@ class SimulatedAgents:
 
     def heard(self, cell, heartbeat: m.NodeHeartbeat) -> None:
         """A heartbeat went out (side input, not on the log): the next one is due a period later."""
-        self._heartbeat(cell, heartbeat.node, heartbeat.envelope.at + self.timing.heartbeat_every_ms)
+        self._heartbeat(cell, heartbeat.node, heartbeat.envelope.at + (self.timing.heartbeat_every_ms or 0))
 
     def _heartbeat(self, cell, node: str, at: int) -> None:
         if node not in self.silenced:
@@ -77,7 +77,7 @@ class SimulatedAgents:
         t0 = started.envelope.at
         self._started[job.job_id] = (started.attempt, t0, restored, restart)
         remaining = max(0, self.durations.get(job.job_id, 3_600_000) - restored)
-        every = timing.checkpoint_every_ms
+        every = timing.checkpoint_every_ms or 0  # 0: no periodic checkpoints
         pauses = (remaining - 1) // every if every and remaining > 0 else 0  # periodic checkpoints before the end
         end = t0 + restart + remaining + pauses * timing.checkpoint_cost_ms
         failing = self.fail_exit.pop(job.job_id, None)
@@ -136,5 +136,5 @@ class SimulatedAgents:
         cordoned node): the repaired node passes its health checks, and recovery returns it whole."""
         if fault.action is m.XidAction.JOB_ONLY or fault.node not in self._nodes:
             return
-        cell.schedule(m.NodeHealthCheckPassed(envelope=cell.envelope(fault.envelope.at + self.timing.repair_ms,
-                                                                     f"agent/{fault.node}"), node=fault.node))
+        back = fault.envelope.at + (self.timing.repair_ms or 0)  # called with a repair time only
+        cell.schedule(m.NodeHealthCheckPassed(envelope=cell.envelope(back, f"agent/{fault.node}"), node=fault.node))

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from projections.cell import CellState
 from projections.evolve import evolve
-from projections.tenancy import PooledUsage
+from projections.pooled import PooledUsage
 from tests.builders import quota, team
 
 
