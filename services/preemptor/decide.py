@@ -314,6 +314,12 @@ def ask_victims(state: CellState, held: m.CapacityHeld, ctx: Context) -> list[m.
         unentitled = next(v for v, reason in reasons.items() if reason is None)
         return [m.CapacityReleased(envelope=ctx.envelope(Reason.HOLD_STALE, job.job_id), job_id=job.job_id,
                                    detail=f"no victim asked: {unentitled} may no longer be preempted for it")]
+    # The law is asked again: a hold decided while another gang's hold (since released) counted in a team's use
+    # may have found that team borrowing, which it no longer is.
+    if not keeps_nominal(state, job, victims, staying(state, state.tenancy.committed(job)), policy.keep_nominal):
+        return [m.CapacityReleased(envelope=ctx.envelope(Reason.HOLD_STALE, job.job_id), job_id=job.job_id,
+                                   detail="no victim asked: together they would take another team below its "
+                                          "nominal quota")]
     if (held.envelope.reason is Reason.CONSOLIDATED and policy.keep_room_for_moves
             and (stranded := homeless(state, victims, ctx)) is not None):
         return [m.CapacityReleased(envelope=ctx.envelope(Reason.HOLD_STALE, job.job_id), job_id=job.job_id,

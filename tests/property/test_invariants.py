@@ -57,6 +57,31 @@ def test_a_preemption_is_judged_with_its_deciders_earlier_decisions_in_flight_la
     assert asked == [("long0", m.Reason.TIME_SHARED), ("long1", m.Reason.RECLAIM_LENT_QUOTA)]
 
 
+#: (at s, job, team, GPUs, runs for min, time limit min): at 3,630 s the preemptor decides two holds on one state:
+#: short0's (team a, 8 GPUs) and then short4's (team b), whose victims include long1, team a's only running job.
+#: With short0's hold counted, team a used 12 of its nominal 8 and borrowed; short0's hold is then released as
+#: stale, and asking long1 to go would have left team a at 0 of its nominal 8.
+_LAW_AFTER_A_RELEASE = [(0, "long0", "b", 4, 60, 240), (0, "long2", "a", 4, 60, None), (60, "long3", "b", 8, 60, None),
+                        *[(300, f"short{i}", "a", 2, 3, None) for i in (1, 2, 3, 5)], (360, "long1", "a", 4, 60, 240),
+                        (540, "short0", "a", 8, 3, None), (541, "short4", "b", 8, 3, None)]
+
+
+def test_a_hold_whose_victims_would_break_the_law_once_another_hold_is_released_asks_none_of_them():
+    inputs = [{"at": at * 1000, "submit": {"job": job, "team": team, "gpus_per_worker": gpus, "runs_for": runs * 60_000,
+                                           **({"time_limit": limit * 60_000} if limit else {})}}
+              for at, job, team, gpus, runs, limit in _LAW_AFTER_A_RELEASE]
+    scenario = time_shared_cell(inputs, quota_a=8, time_share="Any", min_runtime="0s", checkpoint_grace="0s",
+                                consolidate=False, checkpoint_every="5m")
+    checks = Invariants()
+    outcome = run(scenario, observers=[checks])
+    assert checks.events == len(outcome.cell.log)
+    released = [d.detail for d in outcome.cell.log if isinstance(d, m.CapacityReleased) and d.job_id == "short4"]
+    assert "no victim asked: together they would take another team below its nominal quota" in released
+    asked_for_short4 = {d.job_id for d in outcome.cell.log
+                        if isinstance(d, m.PreemptionRequested) and d.for_job_id == "short4"}
+    assert "long1" not in asked_for_short4
+
+
 @settings(SETTINGS, max_examples=15)
 @given(st.data())
 def test_decide_is_pure_and_repeatable(data):
