@@ -7,6 +7,7 @@ from enum import StrEnum
 from functools import cached_property
 
 from events.models import Reason
+from projections.value import Value
 
 
 class JobState(StrEnum):
@@ -45,18 +46,10 @@ def service_band(gpu_ms: int) -> int:
 
 
 @dataclass(frozen=True)
-class Checkpoint:
+class Checkpoint(Value):
     checkpoint_id: str
     progress_ms: int
     at: int
-
-    # Immutable, so a copy is the same value. Said here because compiled (events/compiled.py) `copy` would set a
-    # frozen dataclass's fields one by one, which it refuses.
-    def __copy__(self) -> Checkpoint:
-        return self
-
-    def __deepcopy__(self, memo: dict) -> Checkpoint:
-        return self
 
 
 @dataclass

@@ -17,13 +17,14 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from projections.pooled import PooledUsage
+from projections.value import Value
 
 if TYPE_CHECKING:
     from projections.jobs import Job
 
 
 @dataclass(frozen=True)
-class Quota:
+class Quota(Value):
     nominal: int = 0
     borrowing_limit: int | None = None  # None: may borrow without limit
     lending_limit: int | None = None  # None: may lend all of its nominal
@@ -38,7 +39,7 @@ class Quota:
 
 
 @dataclass(frozen=True)
-class TeamPreemption:
+class TeamPreemption(Value):
     """A team's own preemption rules (TeamDefined; Kueue's ClusterQueue `preemption`); None: the policy's default."""
 
     within_team: str | None = None
@@ -48,7 +49,7 @@ class TeamPreemption:
 
 
 @dataclass(frozen=True)
-class Team:
+class Team(Value):
     name: str
     cohort: str | None
     weight_milli: int = 1000
@@ -56,7 +57,7 @@ class Team:
 
 
 @dataclass(frozen=True)
-class PriorityClass:
+class PriorityClass(Value):
     name: str
     value: int
     preemptible: bool
@@ -69,7 +70,7 @@ NO_QUOTA = Quota()
 
 
 @dataclass(frozen=True)
-class Admissibility:
+class Admissibility(Value):
     """Whether `gpus` more fit a team's quota now, how many would be borrowed, and if not, why."""
 
     fits: bool

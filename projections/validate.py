@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from events import models as m
 from events.models import Reason
 from projections.jobs import JobState
+from projections.value import Value
 
 #: The last representable moment: year 2100 in ms since the epoch. Later stamps overflow no field, but no
 #: cell runs that long; refusing them keeps deadlines computed from them inside a 64-bit long.
@@ -26,7 +27,7 @@ MAX_LABELS = 64
 
 
 @dataclass(frozen=True)
-class Limits:
+class Limits(Value):
     """A cell's bounds, from its CellConfigured (the defaults are CellConfigured's)."""
 
     max_gpus_per_node: int = 64
@@ -38,12 +39,6 @@ class Limits:
     @classmethod
     def of(cls, e: m.CellConfigured) -> Limits:
         return cls(e.max_gpus_per_node, e.max_workers, e.max_name_length, e.max_tick_jump_ms, e.max_event_lead_ms)
-
-    def __copy__(self) -> Limits:  # immutable: see Checkpoint's
-        return self
-
-    def __deepcopy__(self, memo: dict) -> Limits:
-        return self
 
 
 @dataclass(frozen=True)
