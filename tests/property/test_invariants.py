@@ -43,15 +43,21 @@ _RELEASED_BEFORE = [(0, "long0", "a", 4, 60, None), (0, "long1", "b", 4, 60, Non
                     (1321, "short7", "a", 2, 3, None), (1560, "short0", "a", 2, 3, None), (1560, "short1", "a", 4, 3, None)]
 
 
-def test_a_preemption_is_judged_with_its_deciders_earlier_decisions_in_flight_laid_over():
-    inputs = [{"at": at * 1000, "submit": {"job": job, "team": team, "gpus_per_worker": gpus, "runs_for": runs * 60_000,
-                                           **({"priority_class": cls} if cls else {})}}
-              for at, job, team, gpus, runs, cls in _RELEASED_BEFORE]
+def _checked_time_sharing_any(inputs: list[dict]):
+    """The time-shared cell (team a's nominal 8, time-sharing across teams) run with every invariant checked."""
     scenario = time_shared_cell(inputs, quota_a=8, time_share="Any", min_runtime="0s", checkpoint_grace="0s",
                                 consolidate=False, checkpoint_every="5m")
     checks = Invariants()
     outcome = run(scenario, observers=[checks])
     assert checks.events == len(outcome.cell.log)
+    return outcome
+
+
+def test_a_preemption_is_judged_with_its_deciders_earlier_decisions_in_flight_laid_over():
+    outcome = _checked_time_sharing_any([
+        {"at": at * 1000, "submit": {"job": job, "team": team, "gpus_per_worker": gpus, "runs_for": runs * 60_000,
+                                     **({"priority_class": cls} if cls else {})}}
+        for at, job, team, gpus, runs, cls in _RELEASED_BEFORE])
     asked = [(d.job_id, d.envelope.reason) for d in outcome.cell.log
              if isinstance(d, m.PreemptionRequested) and d.for_job_id == "short1"]
     assert asked == [("long0", m.Reason.TIME_SHARED), ("long1", m.Reason.RECLAIM_LENT_QUOTA)]
@@ -67,14 +73,10 @@ _LAW_AFTER_A_RELEASE = [(0, "long0", "b", 4, 60, 240), (0, "long2", "a", 4, 60, 
 
 
 def test_a_hold_whose_victims_would_break_the_law_once_another_hold_is_released_asks_none_of_them():
-    inputs = [{"at": at * 1000, "submit": {"job": job, "team": team, "gpus_per_worker": gpus, "runs_for": runs * 60_000,
-                                           **({"time_limit": limit * 60_000} if limit else {})}}
-              for at, job, team, gpus, runs, limit in _LAW_AFTER_A_RELEASE]
-    scenario = time_shared_cell(inputs, quota_a=8, time_share="Any", min_runtime="0s", checkpoint_grace="0s",
-                                consolidate=False, checkpoint_every="5m")
-    checks = Invariants()
-    outcome = run(scenario, observers=[checks])
-    assert checks.events == len(outcome.cell.log)
+    outcome = _checked_time_sharing_any([
+        {"at": at * 1000, "submit": {"job": job, "team": team, "gpus_per_worker": gpus, "runs_for": runs * 60_000,
+                                     **({"time_limit": limit * 60_000} if limit else {})}}
+        for at, job, team, gpus, runs, limit in _LAW_AFTER_A_RELEASE])
     released = [d.detail for d in outcome.cell.log if isinstance(d, m.CapacityReleased) and d.job_id == "short4"]
     assert "no victim asked: together they would take another team below its nominal quota" in released
     asked_for_short4 = {d.job_id for d in outcome.cell.log
