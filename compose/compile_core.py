@@ -18,18 +18,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from events.compiled import BUILD, MANIFEST, MODULES, ROOT, digest, source_of  # noqa: E402
+from events.compiled import BUILD, MODULES, ROOT, built, digest, source_of  # noqa: E402
 
 #: mypy's options for the build: the compiled modules type-check; what they import is read, not checked.
 MYPY_OPTIONS = ["--ignore-missing-imports", "--follow-imports=silent"]
-
-
-def up_to_date() -> bool:
-    try:
-        manifest = json.loads(MANIFEST.read_text())
-    except (OSError, ValueError):
-        return False
-    return manifest.get("digest") == digest() and all((BUILD / f).is_file() for f in manifest["files"].values())
 
 
 def build() -> None:
@@ -73,7 +65,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--force", action="store_true", help="build even if the build matches the sources")
     args = parser.parse_args(argv)
-    if not args.force and up_to_date():
+    if not args.force and built() == "compiled":
         return 0
     try:
         build()

@@ -56,10 +56,8 @@ class _Build(MetaPathFinder):
         return None if file is None else importlib.util.spec_from_file_location(fullname, file)
 
 
-def status() -> str:
-    """'compiled', 'pure' (GANGWAY_PURE=1), 'stale' (the sources changed since the build) or 'absent'."""
-    if os.environ.get("GANGWAY_PURE") == "1":
-        return "pure"
+def built() -> str:
+    """'compiled' when the build was made from these sources by this Python and is whole, else 'stale' or 'absent'."""
     try:
         manifest = json.loads(MANIFEST.read_text())
     except (OSError, ValueError):
@@ -67,6 +65,11 @@ def status() -> str:
     if manifest.get("digest") != digest() or not all((BUILD / f).is_file() for f in manifest["files"].values()):
         return "stale"
     return "compiled"
+
+
+def status() -> str:
+    """'compiled', 'pure' (GANGWAY_PURE=1), 'stale' (the sources changed since the build) or 'absent'."""
+    return "pure" if os.environ.get("GANGWAY_PURE") == "1" else built()
 
 
 _installed: list[_Build] = []
