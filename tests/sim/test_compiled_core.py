@@ -24,11 +24,18 @@ def _env(pure: bool) -> dict[str, str]:
     return {**env, "GANGWAY_PURE": "1"} if pure else env
 
 
-def _core(pure: bool) -> str:
-    """How a fresh process runs the core: 'compiled' or 'pure'."""
-    return subprocess.run([sys.executable, "-c", "import projections, events.compiled as c; "
-                           "print('compiled' if c._installed else 'pure')"], cwd=ROOT, env=_env(pure),
-                          capture_output=True, text=True, check=True).stdout.strip()
+def _core(pure: bool, first: str = "projections") -> str:
+    """How a fresh process that imports `first` before anything else runs the core: 'compiled' or 'pure'."""
+    return subprocess.run([sys.executable, "-c", f"import {first}, events.compiled as c, sys; "
+                           "print('compiled' if c._installed and all(type(sys.modules[n].__loader__).__name__ == "
+                           "'ExtensionFileLoader' for n in c.MODULES if n in sys.modules) else 'pure')"],
+                          cwd=ROOT, env=_env(pure), capture_output=True, text=True, check=True).stdout.strip()
+
+
+@pytest.mark.parametrize("first", ["projections", "services.core.replica", "replay.runner", "replay.sim.metrics",
+                                   "services.agent.simulated", "tests.builders", "replay.cli"])
+def test_whichever_module_a_process_imports_first_the_whole_core_is_compiled(first):
+    assert _core(pure=False, first=first) == "compiled"
 
 
 def _simulate(policy: str, pure: bool, out: Path) -> bytes:
