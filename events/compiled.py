@@ -59,15 +59,22 @@ class _Build:
         return spec
 
 
-def built() -> str:
-    """'compiled' when the build was made from these sources by this Python and is whole, else 'stale' or 'absent'."""
+def _build() -> tuple[str, dict[str, str]]:
+    """The build's state ('compiled' when it was made from these sources by this Python and is whole, else 'stale'
+    or 'absent') and, compiled, its files by module name."""
     try:
         manifest = json.loads(MANIFEST.read_text())
     except (OSError, ValueError):
-        return "absent"
-    if manifest.get("digest") != digest() or not all((BUILD / f).is_file() for f in manifest["files"].values()):
-        return "stale"
-    return "compiled"
+        return "absent", {}
+    files = manifest.get("files", {})
+    if manifest.get("digest") != digest() or not all((BUILD / f).is_file() for f in files.values()):
+        return "stale", {}
+    return "compiled", files
+
+
+def built() -> str:
+    """'compiled', 'stale' or 'absent' (`_build`)."""
+    return _build()[0]
 
 
 def status() -> str:
@@ -76,17 +83,19 @@ def status() -> str:
 
 
 _installed: list[_Build] = []
+_answer: list[str] = []  # what the first install() of this process found
 
 
 def install() -> str:
-    """Puts the build ahead of the sources when it matches them (once per process); returns `status()`."""
-    if _installed:
-        return "compiled"
-    state = status()
+    """Puts the build ahead of the sources when it matches them; the first call decides for the process, later
+    ones (each package that holds compiled modules calls it) return its answer: 'compiled', or `status()`'s."""
+    if _answer:
+        return _answer[0]
+    state, files = ("pure", {}) if os.environ.get("GANGWAY_PURE") == "1" else _build()
+    if state == "compiled" and any(name in sys.modules for name in files):
+        state = "pure"  # imported from source already: one version of each module
     if state == "compiled":
-        files = json.loads(MANIFEST.read_text())["files"]
-        if any(name in sys.modules for name in files):  # imported from source already: keep one version of each
-            return "pure"
         _installed.append(_Build({name: BUILD / file for name, file in files.items()}))
         sys.meta_path.insert(0, _installed[0])
+    _answer.append(state)
     return state
