@@ -20,7 +20,7 @@ MANIFEST = BUILD / "manifest.json"
 #: drives them in memory (the virtual cell, the simulated agents, the simulator's meter).
 MODULES = (
     "projections.jobs", "projections.cell", "projections.cluster", "projections.evolve", "projections.reservations",
-    "projections.validate", "projections.usage", "projections.tenancy", "projections.value",
+    "projections.validate", "projections.usage", "projections.tenancy", "projections.value", "projections.overlay",
     "services.core.decider", "services.core.heads", "services.core.placement", "services.core.queue",
     "services.core.quiet", "services.core.quota", "services.core.replica",
     "services.admitter.decide", "services.placer.decide", "services.preemptor.decide",

@@ -101,6 +101,20 @@ class Job:
     ended_at: int | None = None
     history: list[tuple[int, int, str, str]] = field(default_factory=list)  # (offset, at, event type, reason)
 
+    def __copy__(self) -> Job:
+        """A shallow copy (the history list shared), field by field: the overlay keeps one of every job a decision
+        it lays touches, and `copy.copy` of a compiled class goes through pickling's state, many times slower."""
+        return Job(self.job_id, self.team, self.workers, self.gpus_per_worker, self.gpu_type,
+                    self.priority, self.preemptible, self.submitted_at, self.submit_offset,
+                    self.min_workers, self.topology_required, self.topology_preferred, self.time_limit_ms,
+                    self.max_restarts, self.state, self.reason, self.reason_offset, self.attempt,
+                    self.restarts, self.not_before, self.borrowed, self.admitted_workers, self.admitted_at,
+                    self.assignments, self.domain, self.started_workers, self.succeeded_workers,
+                    self.running_since, self.checkpoint, self.preempted_for, self.preemption_deadline,
+                    self.reserved_nodes, self.reserved_since, self.held, self.held_quota, self.hold_victims,
+                    self.hold_until, self.yielded_to, self.moving, self.attained_gpu_ms, self.ended_at,
+                    self.history)
+
     # A gang's size never changes once submitted (a resubmission with another size is refused), so the sizes
     # quota checks and queue keys read many times a cycle are computed once (compiled, events/compiled.py, on each
     # read: as cheap there).

@@ -22,8 +22,10 @@ import copy
 from collections import Counter, deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import Any, cast
 
 from events import models as m
+from events.models import Event
 from projections.cell import CellState
 from projections.cluster import Node
 from projections.evolve import advance, fold_assumed
@@ -49,7 +51,7 @@ _UNSET = -2  # no log offset: marks a reason offset a fold did not set  # a foot
 class Laid:
     """One laid decision: its rows as they were before it, what it reads and writes, and where its notes went."""
 
-    decision: m.Event
+    decision: Event
     offset: int  # the state's offset when laid: what its notes carry until it lands
     jobs: list[tuple[str, Job]] = field(default_factory=list)
     history: tuple[str, int, int] | None = None  # (job, first note index, notes after) this decision appended
@@ -78,13 +80,13 @@ class Overlay:
     _reads: Counter = field(default_factory=Counter)
     _writes: Counter = field(default_factory=Counter)
 
-    def add(self, decision: m.Event) -> None:
+    def add(self, decision: Event) -> None:
         """Keeps the rows `decision` may touch, then folds it where the state stands."""
         state = self.state
         reads, writes = footprint(state, decision)
         entry = Laid(decision, state.offset, reads=reads, writes=writes)
         _keep(entry, state, decision)
-        job = state.jobs.get(m.field_of(decision, "job_id", "") or "")
+        job = state.jobs.get(_of(decision, "job_id") or "")
         before = len(job.history) if job is not None else 0
         key = (job.team, job.gpu_type) if job is not None else None
         used = state.tenancy.usage.get(key) if key is not None else None
@@ -139,7 +141,7 @@ class Overlay:
                 for g, claimant in claims.items():
                     _put(node.claimed, g, claimant)
                 if reserved_for is not _MISSING:
-                    node.reserved_for = reserved_for
+                    node.reserved_for = cast(Any, reserved_for)
                 if flags is not None:
                     node.retired, node.cordoned, node.fault_cordoned, node.failed, node.activated = flags
                 state.cluster.recount(node)
@@ -152,7 +154,7 @@ class Overlay:
         self._reads.clear()
         self._writes.clear()
 
-    def commutes(self, event: m.Event) -> bool:
+    def commutes(self, event: Event) -> bool:
         """Whether `event` may be folded on top of the laid decisions as if under them."""
         if not self.laid:
             return True
@@ -163,16 +165,16 @@ class Overlay:
             return False
         return not (any(self._reads[k] or self._writes[k] for k in writes) or any(self._writes[k] for k in reads))
 
-    def oldest(self) -> m.Event | None:
+    def oldest(self) -> Event | None:
         return self.laid[0].decision if self.laid else None
 
-    def land(self, decision: m.Event, offset: int) -> None:
+    def land(self, decision: Event, offset: int) -> None:
         """The oldest laid decision has landed at `offset`: it stays folded, now as the log's fold would have it
         (its notes carry `offset`), and no longer comes off with the others."""
         entry = self.laid.popleft()
         assert entry.decision is decision or entry.decision == decision
         advance(self.state, decision, offset)
-        about = self._by_job.get(m.field_of(decision, "job_id") or "")
+        about = self._by_job.get(_of(decision, "job_id") or "")
         if about:
             about.popleft()
         if entry.history is not None:
@@ -196,7 +198,7 @@ class Overlay:
         self._writes.subtract(entry.writes)
 
 
-def lay(state: CellState, decisions: Iterable[m.Event]) -> Overlay:
+def lay(state: CellState, decisions: Iterable[Event]) -> Overlay:
     """Folds `decisions` onto `state` at its current position and returns what takes them off again."""
     overlay = Overlay(state)
     for decision in decisions:
@@ -211,14 +213,14 @@ def _history_length(entry: Laid, job_id: str, job: Job) -> int:
     return len(job.history)
 
 
-def _keep(entry: Laid, state: CellState, event: m.Event) -> None:
+def _keep(entry: Laid, state: CellState, event: Event) -> None:
     """Keeps exactly what the decision's fold may change: a job decision, its job row, its team's usage and held
     quota, its reservation and hold, and the GPUs, claims and reservations it may take or give back (other GPUs of
     those nodes are others' business, and may change on top of the overlay); a node decision, that node's flags and
     heartbeat."""
     gpus: dict[str, set[int]] = {}
     drains: set[str] = set()
-    job_id = m.field_of(event, "job_id")
+    job_id = _of(event, "job_id")
     if job_id is not None:
         job = state.jobs.get(job_id)
         if job is not None:
@@ -227,23 +229,28 @@ def _keep(entry: Laid, state: CellState, event: m.Event) -> None:
                 gpus.setdefault(name, set()).update(held)
             drains.update(job.reserved_nodes)
         entry.reservations.append((job_id, state.reservations.get(job_id, _MISSING)))
-        for a in m.field_of(event, "assignments", ()):
+        for a in _of(event, "assignments") or ():
             gpus.setdefault(a.node, set()).update(a.gpus)
-        drains.update(m.field_of(event, "reserved_nodes", ()) or ())
+        drains.update(_of(event, "reserved_nodes") or ())
         for name in sorted(set(gpus) | drains):
             node = state.cluster.nodes.get(name)
             if node is not None:
                 mine = sorted(gpus.get(name, ()))
-                before = {g: node.holder.get(g, _MISSING) for g in mine}
-                claims = {g: node.claimed.get(g, _MISSING) for g in mine}
+                before: dict[int, object] = {g: node.holder.get(g, _MISSING) for g in mine}
+                claims: dict[int, object] = {g: node.claimed.get(g, _MISSING) for g in mine}
                 entry.nodes.append((node, before, node.reserved_for if name in drains else _MISSING, None, claims))
         return
-    name = m.field_of(event, "node")
-    node = state.cluster.nodes.get(name) if name is not None else None
+    node_name = _of(event, "node")
+    node = state.cluster.nodes.get(node_name) if node_name is not None else None
     if node is not None:
-        entry.heartbeats.append((name, state.last_heartbeat.get(name, _MISSING)))
+        entry.heartbeats.append((node_name, state.last_heartbeat.get(node_name, _MISSING)))
         entry.nodes.append((node, {}, _MISSING, (node.retired, node.cordoned, node.fault_cordoned, node.failed,
                                                    node.activated), {}))
+
+
+def _of(event: Event, name: str) -> Any:
+    """A field's value, or None where the event's type has none (`field_of`), as the caller knows its type."""
+    return m.field_of(event, name)
 
 
 def _put(mapping: dict, key: object, value: object) -> None:
@@ -266,7 +273,7 @@ _GLOBAL = frozenset({m.CellConfigured, m.CohortDefined, m.TeamDefined, m.QuotaSe
                      m.NodeRegistered})
 
 
-def footprint(state: CellState, event: m.Event) -> tuple[frozenset[str], frozenset[str]]:
+def footprint(state: CellState, event: Event) -> tuple[frozenset[str], frozenset[str]]:
     """The rows folding `event` (validation included) may read and write, as keys: `job:X`, `gpu:N:G` (a GPU's
     holder), `node:N` (a node's flags), `reserve:N` (whom a node drains for), `pool:ROOT:TYPE` (a lending pool's
     usage), `hb:N`; EVERYTHING for events that reconfigure the cell. Conservative: a key too many only costs a
@@ -284,7 +291,7 @@ def footprint(state: CellState, event: m.Event) -> tuple[frozenset[str], frozens
     if node is not None and m.field_of(event, "job_id") is None:  # a node's own facts and decisions
         writes |= {f"node:{node}", f"hb:{node}"}
         return frozenset(reads), frozenset(writes)
-    job_id = m.field_of(event, "job_id")
+    job_id = _of(event, "job_id")
     if job_id is None:
         return frozenset(reads), frozenset({EVERYTHING})  # an event type this table does not know
     writes.add(f"job:{job_id}")
@@ -292,7 +299,7 @@ def footprint(state: CellState, event: m.Event) -> tuple[frozenset[str], frozens
     if kind is m.JobSubmitted:
         reads.add("config")  # priority classes, the cell's bounds
     if kind is m.PreemptionRequested:
-        reads.add(f"job:{event.for_job_id}")
+        reads.add(f"job:{_of(event, 'for_job_id')}")
     if job is not None:
         pool = _pool(state, job)
         for _, name, gpus in job.assignments:
@@ -307,14 +314,14 @@ def footprint(state: CellState, event: m.Event) -> tuple[frozenset[str], frozens
             for _, name, gpus in job.held:
                 writes.update(f"gpu:{name}:{g}" for g in gpus)
             writes.add(pool)
-    for assignment in m.field_of(event, "assignments", ()):
+    for assignment in _of(event, "assignments") or ():
         reads.add(f"node:{assignment.node}")
         reads.add(f"reserve:{assignment.node}")
         writes.update(f"gpu:{assignment.node}:{g}" for g in assignment.gpus)
         reserved = state.cluster.nodes.get(assignment.node)
         if kind is m.JobAdmitted and reserved is not None and reserved.reserved_for not in (None, job_id):
             writes.add(EVERYTHING)  # a backfill onto another gang's reservation reads that reservation's whole world
-    writes.update(f"reserve:{name}" for name in m.field_of(event, "reserved_nodes", ()) or ())
+    writes.update(f"reserve:{name}" for name in _of(event, "reserved_nodes") or ())
     return frozenset(reads), frozenset(writes)
 
 
