@@ -14,10 +14,6 @@ the replica's state with its offset in one RocksDB write batch.
   transaction's five round trips to the broker; the group's offsets follow outside them, now and then, for its
   lag and for where a store-less replica starts (a batch with dead letters, which the log does not show, still
   commits its offsets in its transaction).
-- A batch's transaction commits on a writer thread while the next batch is read and decided (its decisions laid
-  over the ones in flight, as always); that batch's transaction begins only once the one before has committed,
-  so the log's order is the order decided. A transaction that fails fails the batch decided after it too: both
-  are read again from the store (`_reopen`).
 - The projection is saved only after the transaction commits, so it never runs ahead of Kafka. If the
   process dies between the two, the events in between are consumed again and their decisions, already in
   the log, are not written twice (the replica remembers them as in flight, which they are).
@@ -42,9 +38,7 @@ import logging
 import threading
 import time
 from collections.abc import Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
-from functools import partial
 from pathlib import Path
 
 from confluent_kafka import OFFSET_BEGINNING, KafkaException, TopicPartition
@@ -130,10 +124,6 @@ class CellRuntime:
     saved_at: float = 0.0  # when the store was last saved (monotonic seconds)
     unsaved: bool = False  # records folded since then
     written_to: int = 0  # offset after the last batch whose decisions were committed
-    #: the transaction committing on the writer thread (its result: `written_to` once committed), and the records it
-    #: was decided on, with those of any batch decided since without decisions: the group's offsets pass them then
-    writing: Future[int] | None = None
-    writing_consumed: list[LogRecord] = field(default_factory=list)
     #: job -> traceparent of its latest traced record: its next decisions join that trace. Saved with the state
     #: (one row per job, the changed ones each save), so a restarted service goes on in the same traces.
     traces: dict[str, str] = field(default_factory=dict)
@@ -162,8 +152,6 @@ class ServiceShell:
         self.decoded_before = 0.0  # decode time of consumers replaced
         self._closing: threading.Thread | None = None  # a replaced consumer leaving its group
         self._join_wanted = False  # an assignment came without its committed offsets: join again after the poll
-        #: commits one batch's transaction while the next is decided (one at a time: the log keeps the decided order)
-        self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"{decider.name}-writer")
         self.consumer = self._join()
         self.cluster_id = self.consumer.cluster_id()
 
@@ -262,7 +250,7 @@ class ServiceShell:
 
     def _give_up(self, runtime: CellRuntime) -> None:
         """The cell's state saved and its store closed: another replica, or a later assignment, goes on from there."""
-        self._save_if_written(runtime)
+        self._save(runtime)
         runtime.store.close()
         log.info("%s gave up %s", self.decider.name, runtime.cell)
 
@@ -346,9 +334,8 @@ class ServiceShell:
         finally:
             self.consumer.close()
             for runtime in self.runtimes.values():
-                self._save_if_written(runtime)
+                self._save(runtime)
                 runtime.store.close()
-            self._writer.shutdown()
             self.tracer.shutdown()
             log.info("%s timings: %s", self.decider.name, self.timings.summary())
 
@@ -383,26 +370,19 @@ class ServiceShell:
             try:
                 self.process(runtime, by_cell.get(partition, []), side.get(partition, []))
             except (KafkaException, ProducerFenced) as error:
-                self._not_committed(runtime, error)
-        for runtime in list(self.runtimes.values()):
-            try:
-                if runtime.writing is not None and runtime.writing.done():
-                    self._settle(runtime)  # a failure is met here, not at the next batch or save
-                if time.monotonic() - runtime.saved_at >= save_every_s(runtime.replica):
-                    clock = time.perf_counter()
-                    self._save(runtime)
-                    self._lap("store", clock)
-            except (KafkaException, ProducerFenced) as error:
-                self._not_committed(runtime, error)
+                # The batch could not be committed: the group moved on while a broker failed over (the consumer
+                # rejoins only when polled), or the producer was fenced (by a failover's epoch bump, or by a
+                # replica the group gave the cell to: then a revoke follows). Nothing of the batch is in Kafka
+                # or the store: back to the store, and read it again while the cell is still ours.
+                log.warning("%s: %s batch not committed (%s); reading it again", self.decider.name, runtime.cell,
+                            error)
+                self._reopen(runtime)
+        for runtime in self.runtimes.values():
+            if time.monotonic() - runtime.saved_at >= save_every_s(runtime.replica):
+                clock = time.perf_counter()
+                self._save(runtime)
+                self._lap("store", clock)
         return len(records)
-
-    def _not_committed(self, runtime: CellRuntime, error: Exception) -> None:
-        """A batch could not be committed: the group moved on while a broker failed over (the consumer rejoins only
-        when polled), or the producer was fenced (by a failover's epoch bump, or by a replica the group gave the cell
-        to: then a revoke follows). Nothing of that batch, or of the one decided after it, is in Kafka or the store:
-        back to the store, and read them again while the cell is still ours."""
-        log.warning("%s: %s batch not committed (%s); reading it again", self.decider.name, runtime.cell, error)
-        self._reopen(runtime)
 
     def _read_again(self, error: KafkaException) -> None:
         """After a poll that failed on an error a failover explains, each cell is read again from just after the
@@ -418,39 +398,12 @@ class ServiceShell:
 
     def _save(self, runtime: CellRuntime) -> None:
         """The state as the log folded in order (decisions in flight lifted off), its offset and the extras, in
-        one write batch, once the transaction in flight has committed (raises its failure)."""
-        self._settle(runtime)
+        one write batch."""
         if not runtime.unsaved:
             return
         runtime.replica.settle()
         runtime.store.save(runtime.replica.state, extra=self._extra(runtime))
         runtime.saved_at, runtime.unsaved = time.monotonic(), False
-
-    def _save_if_written(self, runtime: CellRuntime) -> None:
-        """Saves the cell when giving it up, unless its transaction in flight failed: then the store stays at the
-        last batch Kafka holds, and whoever opens the cell next reads the rest again."""
-        try:
-            self._save(runtime)
-        except (KafkaException, ProducerFenced) as error:
-            log.warning("%s: %s batch not committed (%s); its store stays as last saved", self.decider.name,
-                        runtime.cell, error)
-
-    def _settle(self, runtime: CellRuntime) -> None:
-        """Waits for the cell's transaction in flight to commit, raising its failure; then the records it was
-        decided on are written."""
-        writing, runtime.writing = runtime.writing, None
-        if writing is None:
-            return
-        consumed, runtime.writing_consumed = runtime.writing_consumed, []
-        runtime.written_to = max(runtime.written_to, writing.result())
-        self._written(consumed)
-
-    def _written(self, consumed: list[LogRecord]) -> None:
-        """The decisions of these records are committed (or there were none): the group's offsets may pass them."""
-        if consumed:
-            # The projection and the decisions' bases are what a restart resumes from, so the group's offsets only
-            # need to follow now and then (for lag, and where a replica without a store starts looking).
-            self.consumer.commit_later(consumed)
 
     def _committed(self, partition: int) -> int | None:
         """The cell's input offset committed with the latest transaction that went through (-1 when none did), or
@@ -537,26 +490,21 @@ class ServiceShell:
                     self._trace(runtime, record, decisions, headers)
         consumed = records + side
         clock = self._lap("decide", clock)
-        runtime.unsaved = runtime.unsaved or bool(consumed)
-        if not (output or letters):
-            if runtime.writing is not None:
-                runtime.writing_consumed.extend(consumed)  # passed once the decisions before them are committed
-            else:
-                self._written(consumed)
-            return
-        self._settle(runtime)
-        # A service gives up on a batch sooner than a launcher would: polling again is what lets its consumer rejoin
-        # the group after a failover, and the batch is then read again. The decisions' bases say how far the cell
-        # is decided (`_decided_to`); dead letters say nothing on the log, so their offsets go with them, written
-        # here and now, as the consumer is the reading thread's.
-        write = partial(_write, runtime.producer, output, letters, self.consumer if letters else None,
-                        consumed if letters else (), records[-1].offset + 1 if records else 0,
-                        lambda d: headers.get(d.envelope.event_id))
-        if letters:
-            runtime.written_to = max(runtime.written_to, write())
-        else:
-            runtime.writing, runtime.writing_consumed = self._writer.submit(write), consumed
+        if output or letters:
+            # A service gives up on a batch sooner than a launcher would: polling again is what lets its consumer
+            # rejoin the group after a failover, and the batch is then read again. The decisions' bases say how far
+            # the cell is decided (`_decided_to`); dead letters say nothing on the log, so their offsets go with them.
+            runtime.producer.write(output, letters=letters, consumer=self.consumer if letters else None,
+                                   consumed=consumed if letters else (), give_up_after_s=10.0, recover_fenced=False,
+                                   headers=lambda d: headers.get(d.envelope.event_id))
+            if records:
+                runtime.written_to = max(runtime.written_to, records[-1].offset + 1)
+        if consumed and not letters:
+            # The projection below and the decisions' bases are what a restart resumes from, so the group's offsets
+            # only need to follow now and then (for lag, and where a replica without a store starts looking).
+            self.consumer.commit_later(consumed)
         self._lap("commit", clock)
+        runtime.unsaved = runtime.unsaved or bool(consumed)
 
     def _remember_trace(self, runtime: CellRuntime, record: LogRecord) -> None:
         """The latest traceparent seen on a record about a job the state holds: later decisions about it join that
@@ -615,14 +563,6 @@ class ServiceShell:
         now = time.perf_counter()
         self.timings.seconds[phase] += now - since
         return now
-
-
-def _write(producer: EventProducer, output: list[Decision], letters: list, consumer: EventConsumer | None,
-           consumed: Sequence[LogRecord], written_to: int, headers) -> int:
-    """One batch's transaction (see `ServiceShell.process`) -> the offset after the batch's records of the cell."""
-    producer.write(output, letters=letters, consumer=consumer, consumed=consumed, give_up_after_s=10.0,
-                   recover_fenced=False, headers=headers)
-    return written_to
 
 
 def _basis(record: LogRecord, replica: Replica) -> int | None:

@@ -46,7 +46,7 @@ class Store:
 
 def runtime(partition: int, offset: int) -> SimpleNamespace:
     return SimpleNamespace(partition=partition, cell=f"cell-{partition}", store=Store(), replay_until=0,
-                           written_to=offset, unsaved=False, replica=SimpleNamespace(offset=offset), writing=None,
+                           written_to=offset, unsaved=False, replica=SimpleNamespace(offset=offset),
                            heartbeat_offset=0)
 
 
