@@ -77,12 +77,16 @@ def built() -> str:
     return _build()[0]
 
 
+def _found() -> tuple[str, dict[str, str]]:
+    """'pure' (GANGWAY_PURE=1) with no files, else what `_build` finds."""
+    return ("pure", {}) if os.environ.get("GANGWAY_PURE") == "1" else _build()
+
+
 def status() -> str:
     """'compiled', 'pure' (GANGWAY_PURE=1), 'stale' (the sources changed since the build) or 'absent'."""
-    return "pure" if os.environ.get("GANGWAY_PURE") == "1" else built()
+    return _found()[0]
 
 
-_installed: list[_Build] = []
 _answer: list[str] = []  # what the first install() of this process found
 
 
@@ -91,11 +95,10 @@ def install() -> str:
     ones (each package that holds compiled modules calls it) return its answer: 'compiled', or `status()`'s."""
     if _answer:
         return _answer[0]
-    state, files = ("pure", {}) if os.environ.get("GANGWAY_PURE") == "1" else _build()
+    state, files = _found()
     if state == "compiled" and any(name in sys.modules for name in files):
         state = "pure"  # imported from source already: one version of each module
     if state == "compiled":
-        _installed.append(_Build({name: BUILD / file for name, file in files.items()}))
-        sys.meta_path.insert(0, _installed[0])
+        sys.meta_path.insert(0, _Build({name: BUILD / file for name, file in files.items()}))
     _answer.append(state)
     return state

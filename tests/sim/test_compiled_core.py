@@ -27,7 +27,7 @@ def _env(pure: bool) -> dict[str, str]:
 def _core(pure: bool, first: str = "projections") -> str:
     """How a fresh process that imports `first` before anything else runs the core: 'compiled' or 'pure'."""
     return subprocess.run([sys.executable, "-c", f"import {first}, events.compiled as c, sys; "
-                           "print('compiled' if c._installed and all(type(sys.modules[n].__loader__).__name__ == "
+                           "print('compiled' if c.install() == 'compiled' and all(type(sys.modules[n].__loader__).__name__ == "
                            "'ExtensionFileLoader' for n in c.MODULES if n in sys.modules) else 'pure')"],
                           cwd=ROOT, env=_env(pure), capture_output=True, text=True, check=True).stdout.strip()
 
