@@ -21,6 +21,7 @@ admitter's `Guard` computes the same once per head and cycle and keeps it curren
 from __future__ import annotations
 
 import itertools
+from bisect import bisect_left, insort
 from collections.abc import Callable, Container, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar, TypeGuard
@@ -108,21 +109,35 @@ Release = tuple[int, int, int, str]
 def releases(state: CellState, gpu_type: str, admitted: Iterable[tuple[Job, int]] = (), now: int = 0) -> list[Release]:
     """When each job holding capacity of the type gives it back (EVENTUALLY without a time limit; a gang being
     preempted, by its deadline), with the GPUs that count as free then (those on schedulable nodes, healthy and
-    held for no waiting gang) and its quota; `admitted` are gangs admitted at `now` but not folded yet."""
-    return sorted([*_held(state, gpu_type), *_admitted(admitted, gpu_type, now)])
+    held for no waiting gang) and its quota; `admitted` are gangs admitted at `now` but not folded yet. The list
+    may be one kept in the state's memo (see `_Holding.ordered`): callers read it and never change it."""
+    index = _Holding.of(state)
+    if state.cluster.odd_holders.get(gpu_type):  # what comes back also depends on those nodes: kept per fold
+        kept = index.odd.get(gpu_type)
+        if kept is not None and kept[0] == state.changes:
+            held = kept[1]
+        else:
+            held = sorted(_held(state, index, gpu_type))
+            index.odd[gpu_type] = (state.changes, held)
+    elif gpu_type in index.ordered:
+        held = index.ordered[gpu_type]
+    else:
+        held = index.ordered[gpu_type] = sorted(_held(state, index, gpu_type))
+    extra = _admitted(admitted, gpu_type, now)
+    return sorted([*held, *extra]) if extra else held
 
 
-def _held(state: CellState, gpu_type: str) -> list[Release]:
+def _held(state: CellState, index: _Holding, gpu_type: str) -> list[Release]:
     """The releases of the work holding capacity of the type, those of one team at one time summed into one (a head
     takes every release of a time at once, so the sum is the same count in fewer steps: without time limits, one
-    per team however many jobs run). Read off `_Holding`, kept current between cycles."""
-    index = _Holding.of(state)
-    totals = index.totals.get(gpu_type, {})
+    per team however many jobs run). Read off `_Holding`, kept current between cycles, in the order of their times and
+    teams: nearly the order of `releases`, which then sorts them in few steps."""
+    totals, keys = index.totals.get(gpu_type, {}), index.keys.get(gpu_type, [])
     cluster = state.cluster
     # Nodes where a held GPU may not count as free when it comes back: out of service, retired or claimed GPUs.
     odd = [cluster.nodes[name] for name in sorted(cluster.odd_holders.get(gpu_type, ()))]
     if not odd:
-        return [(at, gpus, quota, team) for (at, team), (gpus, quota, _) in totals.items()]
+        return [_release(key, totals[key]) for key in keys]
     lost: dict[tuple[int, str], int] = {}
     for node in odd:
         for job_id in sorted(set(node.holder.values())):
@@ -134,13 +149,20 @@ def _held(state: CellState, gpu_type: str) -> list[Release]:
                     counted = sum(1 for g in indices if g not in node.retired and g not in node.claimed) \
                         if node.schedulable else 0
                     lost[mine[1]] = lost.get(mine[1], 0) + len(indices) - counted
-    return [(at, gpus - lost.get((at, team), 0), quota, team) for (at, team), (gpus, quota, _) in totals.items()]
+    return [_release(key, totals[key], lost.get(key, 0)) for key in keys]
+
+
+def _release(key: tuple[int, str], total: list[int], lost: int = 0) -> Release:
+    """The release of the work of one team ending at one time: (when, GPUs less those `lost`, quota, team)."""
+    return (key[0], total[0] - lost, total[1], key[1])
 
 
 class _Holding:
     """Each holding job's release (GPU type, (when, team), its GPUs, its quota) and their sums by type, time and
     team, kept in the state's memo and brought up to date from the jobs that moved since (`CellState.moved`): an
-    admission cycle reads them without going through every running job."""
+    admission cycle reads them without going through every running job. `ordered` keeps each type's releases sorted
+    while none of its holders moves (most records move none: checkpoints, heartbeats, waiting gangs told why); where
+    a holder's node is odd, `odd` keeps them until the next fold that may change anything (`CellState.changes`)."""
 
     KEY: ClassVar[str] = "heads.holding"
 
@@ -148,6 +170,10 @@ class _Holding:
         self.moved: set[str] = set()
         self.contributions: dict[str, tuple[str, tuple[int, str], int, int]] = {}
         self.totals: dict[str, dict[tuple[int, str], list[int]]] = {}  # type -> (when, team) -> [GPUs, quota, jobs]
+        self.keys: dict[str, list[tuple[int, str]]] = {}  # type -> its totals' (when, team), sorted
+        self.ordered: dict[str, list[Release]] = {}  # type -> its totals as `releases`, while no node is odd
+        #: type -> (`CellState.changes`, its releases) made while some of its nodes were odd
+        self.odd: dict[str, tuple[int, list[Release]]] = {}
         for job_id in state.holding:
             self._add(state.jobs[job_id])
 
@@ -170,9 +196,11 @@ class _Holding:
         key = (EVENTUALLY if end is None else end, job.team)
         gpus, quota = sum(len(indices) for _, _, indices in job.assignments), job.held_gpus
         self.contributions[job.job_id] = (job.gpu_type, key, gpus, quota)
+        self.ordered.pop(job.gpu_type, None)
         total = self.totals.setdefault(job.gpu_type, {}).get(key)
         if total is None:
             self.totals[job.gpu_type][key] = [gpus, quota, 1]
+            insort(self.keys.setdefault(job.gpu_type, []), key)
         else:
             total[0] += gpus
             total[1] += quota
@@ -183,12 +211,15 @@ class _Holding:
         if mine is None:
             return
         gpu_type, key, gpus, quota = mine
+        self.ordered.pop(gpu_type, None)
         total = self.totals[gpu_type][key]
         total[0] -= gpus
         total[1] -= quota
         total[2] -= 1
         if not total[2]:
             del self.totals[gpu_type][key]
+            keys = self.keys[gpu_type]
+            del keys[bisect_left(keys, key)]
 
 
 def _admitted(admitted: Iterable[tuple[Job, int]], gpu_type: str, now: int) -> list[Release]:

@@ -15,7 +15,7 @@ from projections.reservations import expected_end
 from replay.scenario.play import run
 from services.admitter.decide import Admitter, _ends_no_sooner
 from services.core.decider import Context
-from services.core.heads import EVENTUALLY, _held
+from services.core.heads import EVENTUALLY, releases
 from services.core.placement import CapacityView, Placement, off_limits, place_gang
 from services.core.queue import WaitingGangs
 from services.core.quota import quota_fit
@@ -259,7 +259,7 @@ def test_groups_refused_in_one_step_tell_what_member_by_member_does(data):
 
 
 def held_one_by_one(state, gpu_type: str) -> list[tuple[int, int, int, str]]:
-    """The definition of `heads._held`: each holding job's release, from every holding job, without the index."""
+    """The definition of `heads.releases`: each holding job's release, from every holding job, without the index."""
     odd = {node.name: node for node in state.cluster.of_type(gpu_type)
            if not node.schedulable or node.retired or node.claimed}
     out = []
@@ -281,7 +281,8 @@ def held_one_by_one(state, gpu_type: str) -> list[tuple[int, int, int, str]]:
 
 class HoldingIndexAgreesWithEveryJob:
     """After every event: the releases the admitter's queue heads read off the index kept between cycles (summed by
-    time and team) are those of every holding job counted one by one, on odd nodes too."""
+    time and team, and kept sorted while no holder moves) are those of every holding job counted one by one, on odd
+    nodes too."""
 
     def __call__(self, cell, event, offset) -> None:
         state = cell.state
@@ -291,7 +292,7 @@ class HoldingIndexAgreesWithEveryJob:
                 total = summed.setdefault((at, team), [0, 0])
                 total[0] += gpus
                 total[1] += quota
-            assert sorted(_held(state, gpu_type)) == sorted((at, g, q, team) for (at, team), (g, q) in summed.items()), (
+            assert releases(state, gpu_type) == sorted((at, g, q, team) for (at, team), (g, q) in summed.items()), (
                 type(event).__name__, offset)
 
 
