@@ -71,10 +71,12 @@ def read_jobs(paths: Iterable[Path]) -> list[TraceJob]:
             if columns is None:
                 raise ValueError(f"{path}: not an ITP or Philly job trace (columns {reader.fieldnames})")
             submit, duration, gpus = columns
+            stem = path.stem
             for i, row in enumerate(reader):
-                job = TraceJob(path.stem, *(_count(path, i, row, c) for c in (submit, duration, gpus)), i)
+                job = TraceJob(stem, _count(path, i, row, submit), _count(path, i, row, duration),
+                               _count(path, i, row, gpus), i)
                 if job.gpus > 0:
-                    rows.append((job.submit_s, path.stem, i, job))
+                    rows.append((job.submit_s, stem, i, job))
     rows.sort(key=lambda r: r[:3])
     return [r[3] for r in rows]
 
@@ -111,9 +113,10 @@ def trace_rows(path: Path) -> list[TraceRow]:
             submit = next((c for c in _SUBMIT_COLUMNS if c in (reader.fieldnames or ())), None)
             if submit is None or not {"duration", "num_gpu"} <= set(reader.fieldnames or ()):
                 raise ValueError(f"{csv_path}: needs columns {' or '.join(_SUBMIT_COLUMNS)}, duration, num_gpu")
+            stem = csv_path.stem
             for i, row in enumerate(reader):
-                rows.append(TraceRow(csv_path.stem, i, *(_count(csv_path, i, row, c) for c in (submit, "duration",
-                                                                                               "num_gpu"))))
+                rows.append(TraceRow(stem, i, _count(csv_path, i, row, submit), _count(csv_path, i, row, "duration"),
+                                     _count(csv_path, i, row, "num_gpu")))
     rows.sort(key=lambda r: (r.submit_s, r.cluster, r.row))
     return rows
 
