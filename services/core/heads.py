@@ -110,36 +110,34 @@ def releases(state: CellState, gpu_type: str, admitted: Iterable[tuple[Job, int]
     """When each job holding capacity of the type gives it back (EVENTUALLY without a time limit; a gang being
     preempted, by its deadline), with the GPUs that count as free then (those on schedulable nodes, healthy and
     held for no waiting gang) and its quota; `admitted` are gangs admitted at `now` but not folded yet. The list
-    may be one kept in the state's memo (see `_Holding.ordered`): callers read it and never change it."""
+    may be one kept in the state's memo (see `_Holding`): callers read it and never change it."""
     index = _Holding.of(state)
+    held = index.ordered.get(gpu_type)
+    if held is None:
+        totals = index.totals.get(gpu_type, {})
+        held = index.ordered[gpu_type] = sorted([_release(key, totals[key]) for key in index.keys.get(gpu_type, [])])
     if state.cluster.odd_holders.get(gpu_type):  # what comes back also depends on those nodes: kept per fold
         kept = index.odd.get(gpu_type)
         if kept is not None and kept[0] == state.changes:
             held = kept[1]
         else:
-            held = sorted(_held(state, index, gpu_type))
+            held = _less_lost(held, _lost(state, index, gpu_type))
             index.odd[gpu_type] = (state.changes, held)
-    elif gpu_type in index.ordered:
-        held = index.ordered[gpu_type]
-    else:
-        held = index.ordered[gpu_type] = sorted(_held(state, index, gpu_type))
     extra = _admitted(admitted, gpu_type, now)
     return sorted([*held, *extra]) if extra else held
 
 
-def _held(state: CellState, index: _Holding, gpu_type: str) -> list[Release]:
-    """The releases of the work holding capacity of the type, those of one team at one time summed into one (a head
-    takes every release of a time at once, so the sum is the same count in fewer steps: without time limits, one
-    per team however many jobs run). Read off `_Holding`, kept current between cycles, in the order of their times and
-    teams: nearly the order of `releases`, which then sorts them in few steps."""
-    totals, keys = index.totals.get(gpu_type, {}), index.keys.get(gpu_type, [])
+def _release(key: tuple[int, str], total: list[int]) -> Release:
+    """The release of the work of one team ending at one time: (when, GPUs, quota, team)."""
+    return (key[0], total[0], total[1], key[1])
+
+
+def _lost(state: CellState, index: _Holding, gpu_type: str) -> dict[tuple[int, str], int]:
+    """Per (time, team) of the releases, the GPUs that do not count as free when they come back: those on nodes
+    out of service, and retired or claimed ones (the odd nodes, where a holder's GPUs are looked at one by one)."""
     cluster = state.cluster
-    # Nodes where a held GPU may not count as free when it comes back: out of service, retired or claimed GPUs.
-    odd = [cluster.nodes[name] for name in sorted(cluster.odd_holders.get(gpu_type, ()))]
-    if not odd:
-        return [_release(key, totals[key]) for key in keys]
     lost: dict[tuple[int, str], int] = {}
-    for node in odd:
+    for node in [cluster.nodes[name] for name in sorted(cluster.odd_holders.get(gpu_type, ()))]:
         for job_id in sorted(set(node.holder.values())):
             mine = index.contributions.get(job_id)
             if mine is None or mine[0] != gpu_type:
@@ -149,12 +147,24 @@ def _held(state: CellState, index: _Holding, gpu_type: str) -> list[Release]:
                     counted = sum(1 for g in indices if g not in node.retired and g not in node.claimed) \
                         if node.schedulable else 0
                     lost[mine[1]] = lost.get(mine[1], 0) + len(indices) - counted
-    return [_release(key, totals[key], lost.get(key, 0)) for key in keys]
+    return lost
 
 
-def _release(key: tuple[int, str], total: list[int], lost: int = 0) -> Release:
-    """The release of the work of one team ending at one time: (when, GPUs less those `lost`, quota, team)."""
-    return (key[0], total[0] - lost, total[1], key[1])
+def _less_lost(held: list[Release], lost: dict[tuple[int, str], int]) -> list[Release]:
+    """The sorted releases `held` with the GPUs `lost` taken off theirs, sorted again (in few steps: only releases
+    of one time can change places)."""
+    if not any(lost.values()):
+        return held
+    out = list(held)
+    for (at, team), gone in lost.items():
+        if gone:
+            i = bisect_left(out, (at,))  # the first release of that time: one per team follows
+            while out[i][3] != team:
+                i += 1
+            _, gpus, quota, _ = out[i]
+            out[i] = (at, gpus - gone, quota, team)
+    out.sort()
+    return out
 
 
 class _Holding:
