@@ -43,8 +43,10 @@ class _Missing:
 
 
 _MISSING = _Missing()
-EVERYTHING = "*"
-_UNSET = -2  # no log offset: marks a reason offset a fold did not set  # a footprint that conflicts with any other: configuration, registrations
+#: A row a footprint names, as a tuple: its kind and where it is (("gpu", node, index), ("job", id), ...).
+Key = tuple
+EVERYTHING: Key = ("*",)  # a footprint that conflicts with any other: configuration, registrations
+_UNSET = -2  # no log offset: marks a reason offset a fold did not set
 
 
 @dataclass
@@ -66,8 +68,8 @@ class Laid:
     hold: tuple[str, bool] | None = None  # (job, whether capacity was held for it before)
     reservations: list[tuple[str, object]] = field(default_factory=list)
     heartbeats: list[tuple[str, object]] = field(default_factory=list)
-    reads: frozenset[str] = frozenset()
-    writes: frozenset[str] = frozenset()
+    reads: frozenset[Key] = frozenset()
+    writes: frozenset[Key] = frozenset()
 
 
 @dataclass
@@ -273,38 +275,38 @@ _GLOBAL = frozenset({m.CellConfigured, m.CohortDefined, m.TeamDefined, m.QuotaSe
                      m.NodeRegistered})
 
 
-def footprint(state: CellState, event: Event) -> tuple[frozenset[str], frozenset[str]]:
-    """The rows folding `event` (validation included) may read and write, as keys: `job:X`, `gpu:N:G` (a GPU's
-    holder), `node:N` (a node's flags), `reserve:N` (whom a node drains for), `pool:ROOT:TYPE` (a lending pool's
-    usage), `hb:N`; EVERYTHING for events that reconfigure the cell. Conservative: a key too many only costs a
-    lift."""
+def footprint(state: CellState, event: Event) -> tuple[frozenset[Key], frozenset[Key]]:
+    """The rows folding `event` (validation included) may read and write, as keys: ("job", X), ("gpu", N, G) (a
+    GPU's holder), ("node", N) (a node's flags), ("reserve", N) (whom a node drains for), ("pool", ROOT, TYPE) (a
+    lending pool's usage), ("hb", N); EVERYTHING for events that reconfigure the cell. Conservative: a key too many
+    only costs a lift."""
     kind = type(event)
     if kind in _INERT:
         return frozenset(), frozenset()
     if kind is m.Tick:  # the jobs that ended leave the state
-        return frozenset(), frozenset(f"job:{job_id}" for job_id in state.ending)
+        return frozenset(), frozenset(("job", job_id) for job_id in state.ending)
     if kind in _GLOBAL:
         return frozenset(), frozenset({EVERYTHING})
-    reads: set[str] = set()
-    writes: set[str] = set()
+    reads: set[Key] = set()
+    writes: set[Key] = set()
     node = m.field_of(event, "node")
     if node is not None and m.field_of(event, "job_id") is None:  # a node's own facts and decisions
-        writes |= {f"node:{node}", f"hb:{node}"}
+        writes |= {("node", node), ("hb", node)}
         return frozenset(reads), frozenset(writes)
     job_id = _of(event, "job_id")
     if job_id is None:
         return frozenset(reads), frozenset({EVERYTHING})  # an event type this table does not know
-    writes.add(f"job:{job_id}")
+    writes.add(("job", job_id))
     job = state.jobs.get(job_id)
     if kind is m.JobSubmitted:
-        reads.add("config")  # priority classes, the cell's bounds
+        reads.add(("config",))  # priority classes, the cell's bounds
     if kind is m.PreemptionRequested:
-        reads.add(f"job:{_of(event, 'for_job_id')}")
+        reads.add(("job", _of(event, "for_job_id")))
     if job is not None:
         pool = _pool(state, job)
         for _, name, gpus in job.assignments:
-            writes.update(f"gpu:{name}:{g}" for g in gpus)
-        writes.update(f"reserve:{name}" for name in job.reserved_nodes)
+            writes.update(("gpu", name, g) for g in gpus)
+        writes.update(("reserve", name) for name in job.reserved_nodes)
         if kind in _RELEASES and job.holds_capacity:
             writes.add(pool)
         if kind is m.JobAdmitted:
@@ -312,20 +314,20 @@ def footprint(state: CellState, event: Event) -> tuple[frozenset[str], frozenset
             writes.add(pool)
         if job.has_hold or kind is m.CapacityHeld:  # its hold may be dropped or replaced: claims and held quota
             for _, name, gpus in job.held:
-                writes.update(f"gpu:{name}:{g}" for g in gpus)
+                writes.update(("gpu", name, g) for g in gpus)
             writes.add(pool)
     for assignment in _of(event, "assignments") or ():
-        reads.add(f"node:{assignment.node}")
-        reads.add(f"reserve:{assignment.node}")
-        writes.update(f"gpu:{assignment.node}:{g}" for g in assignment.gpus)
+        reads.add(("node", assignment.node))
+        reads.add(("reserve", assignment.node))
+        writes.update(("gpu", assignment.node, g) for g in assignment.gpus)
         reserved = state.cluster.nodes.get(assignment.node)
         if kind is m.JobAdmitted and reserved is not None and reserved.reserved_for not in (None, job_id):
             writes.add(EVERYTHING)  # a backfill onto another gang's reservation reads that reservation's whole world
-    writes.update(f"reserve:{name}" for name in _of(event, "reserved_nodes") or ())
+    writes.update(("reserve", name) for name in _of(event, "reserved_nodes") or ())
     return frozenset(reads), frozenset(writes)
 
 
-def _pool(state: CellState, job: Job) -> str:
+def _pool(state: CellState, job: Job) -> Key:
     team = state.tenancy.teams.get(job.team)
     root = state.tenancy.root_cohort(team.cohort) if team is not None else None
-    return f"pool:{root if root is not None else 'team/' + job.team}:{job.gpu_type}"
+    return ("pool", root if root is not None else "team/" + job.team, job.gpu_type)
