@@ -82,8 +82,12 @@ def read_jobs(paths: Iterable[Path]) -> list[TraceJob]:
 
 
 def itp_jobs(folder: Path = ITP, limit: int | None = None) -> list[TraceJob]:
-    """All ITP jobs of a folder (or one CSV file) merged in submission order (ties by cluster, then row)."""
-    jobs = read_jobs([folder] if folder.is_file() else sorted(folder.glob("cluster*.csv")))
+    """All ITP jobs of a folder (or one CSV file) merged in submission order (ties by cluster, then row).
+    Raises FileNotFoundError when there is no such file and the folder holds no cluster*.csv."""
+    paths = [folder] if folder.is_file() else sorted(folder.glob("cluster*.csv"))
+    if not paths:
+        raise FileNotFoundError(f"no ITP trace at {folder} (a CSV file, or a folder of cluster*.csv)")
+    jobs = read_jobs(paths)
     return jobs[:limit] if limit is not None else jobs
 
 

@@ -7,7 +7,7 @@ import fastavro
 import pytest
 
 from events.launcher.spec import SpecError, load_documents
-from events.traces import read_jobs, read_nodes
+from events.traces import itp_jobs, read_jobs, read_nodes
 from replay.cli import build_parser, main
 from replay.sim.workload import SimConfig, build_workload, resolve_gpus
 from services.policies import UnknownPolicy, resolve
@@ -153,6 +153,14 @@ def test_a_trace_row_that_is_no_job_is_refused_with_its_file_and_line(content, c
     binary.write_bytes(b"\xff\xfe")
     with pytest.raises(ValueError, match="not text"):
         read_jobs([binary])
+
+
+def test_an_itp_folder_without_traces_is_refused_not_read_as_no_jobs(tmp_path):
+    """A benchmark run from a checkout without the traces beside it timed zero gangs and printed 0 placed/s."""
+    with pytest.raises(FileNotFoundError, match="no ITP trace at"):
+        itp_jobs(tmp_path / "missing")
+    with pytest.raises(FileNotFoundError, match="no ITP trace at"):
+        itp_jobs(tmp_path)
 
 
 def test_a_trace_beyond_any_cell_s_time_is_refused_before_the_run(tmp_path):
