@@ -29,9 +29,10 @@ def test_a_jobs_copy_carries_every_field_and_shares_its_history() -> None:
             setattr(job, f.name, not value)
         elif f.name in ("assignments", "held"):
             setattr(job, f.name, ((0, "node-1", (i, i + 1)),))
-        elif isinstance(value, (tuple, frozenset)) or f.name in ("started_workers", "succeeded_workers"):
-            setattr(job, f.name, type(value)((f"x{i}",)) if f.name not in ("started_workers", "succeeded_workers")
-                    else frozenset({i}))
+        elif f.name in ("started_workers", "succeeded_workers"):
+            setattr(job, f.name, frozenset({i}))
+        elif isinstance(value, (tuple, frozenset)):
+            setattr(job, f.name, type(value)((f"x{i}",)))
         elif f.name in ("topology_required", "topology_preferred", "domain", "preempted_for"):
             setattr(job, f.name, f"value-{i}")
         else:
