@@ -46,6 +46,7 @@ from confluent_kafka import OFFSET_BEGINNING, KafkaException, TopicPartition
 from events import models as m
 from events.auth import service_principal
 from events.codec import EventCodec
+from events.collector import BetweenBatches
 from events.log import EventConsumer, EventProducer, LogRecord, ProducerFenced, transient
 from events.models import Decision, Reason
 from events.reader import LogReader
@@ -104,10 +105,13 @@ class Timings:
     batches: int = 0
     records: int = 0
     seconds: dict[str, float] = field(default_factory=lambda: dict.fromkeys(("decode", "decide", "commit", "store"), 0.0))
+    collecting: float = 0.0  # seconds of the phases' time the cyclic garbage collector took
+    cpu: float = 0.0  # the process's CPU seconds while it ran
 
     def summary(self) -> str:
         parts = ", ".join(f"{k} {v * 1000:,.0f} ms" for k, v in self.seconds.items())
-        return f"{self.batches:,} batches, {self.records:,} records: {parts}"
+        return (f"{self.batches:,} batches, {self.records:,} records: {parts} (collector {self.collecting * 1000:,.0f}"
+                f" ms of them); CPU {self.cpu * 1000:,.0f} ms")
 
 
 @dataclass
@@ -327,11 +331,14 @@ class ServiceShell:
         `max_batches` polls."""
         stop = stop or StopRequest.listen()
         polls = 0
+        collector, cpu = BetweenBatches(), time.process_time()
         try:
             while not stop.asked and (max_batches is None or polls < max_batches):
-                self.poll_once()
+                collector.after_poll(self.poll_once())
                 polls += 1
         finally:
+            self.timings.collecting, self.timings.cpu = collector.seconds, time.process_time() - cpu
+            collector.close()
             self.consumer.close()
             for runtime in self.runtimes.values():
                 self._save(runtime)

@@ -1,5 +1,6 @@
-"""A started service sets aside what exists (events/collector.py `long_lived_from_here`): full collections then
-scan only what came after, and what was set aside is still freed when its last reference goes."""
+"""A started service sets aside what exists (events/collector.py `long_lived_from_here`), and a running one what
+each batch left (`BetweenBatches`): full collections then scan only what came after, what was set aside is still
+freed when its last reference goes, and a cycle set aside is freed by the sweep at a quiet poll."""
 
 import subprocess
 import sys
@@ -43,3 +44,50 @@ def test_what_was_set_aside_is_still_freed_when_let_go():
         print(watch() is None)
     """)
     assert out == "True"
+
+
+def test_what_a_batch_left_is_set_aside_and_collections_scan_only_the_next_batch():
+    out = run("""
+        import gc
+        from events.collector import BetweenBatches, YOUNG_THRESHOLD
+        default = gc.get_threshold()
+        collector = BetweenBatches(sweep_every_s=3600)
+        state = {i: [i] for i in range(50_000)}  # what a batch folded into the state it keeps
+        collector.after_poll(500)
+        frozen, scanned = gc.get_freeze_count(), len(gc.get_objects())
+        collector.after_poll(0)  # quiet, and no sweep due: nothing set aside comes back
+        again = len(gc.get_objects())
+        young = gc.get_threshold()[0]
+        gc.collect()
+        collector.close()
+        print(frozen, scanned, again, young == YOUNG_THRESHOLD, collector.seconds > 0,
+              gc.get_threshold() == default)
+    """)
+    frozen, scanned, again, paced, timed, restored = out.split()
+    assert int(frozen) > 50_000 and int(scanned) < 1_000 and int(again) < 1_000
+    assert (paced, timed, restored) == ("True", "True", "True")
+
+
+def test_a_cycle_set_aside_is_freed_by_the_sweep_at_a_quiet_poll_and_not_before():
+    out = run("""
+        import gc, weakref
+        from events.collector import BetweenBatches
+        class Node: pass
+        collector = BetweenBatches(sweep_every_s=3600)
+        a, b = Node(), Node()
+        a.other, b.other = b, a  # a cycle alive when the batch ends
+        watch = weakref.ref(a)
+        collector.after_poll(3)
+        del a, b
+        gc.collect()
+        kept = watch() is not None  # set aside: no collection sees it
+        collector.after_poll(0)  # quiet, but the sweep is not due
+        still = watch() is not None
+        collector.after_poll(5)  # busy: never a sweep
+        collector.sweep_every_s = 0
+        collector.after_poll(7)
+        busy = watch() is not None
+        collector.after_poll(0)  # quiet and due
+        print(kept, still, busy, watch() is None, collector.sweeps)
+    """)
+    assert out == "True True True True 1"
