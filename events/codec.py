@@ -14,6 +14,7 @@ from fastavro import schemaless_reader, schemaless_writer
 from pydantic import ValidationError
 
 from events.decoder import Damaged, reader_for
+from events.encoder import Writer, writer_for
 from events.models import EVENT_TYPES_BY_NAME, Event
 from events.schema_catalogue import SchemaCatalogue, SchemaVersion, default_catalogue
 
@@ -51,8 +52,17 @@ class EventCodec:
         #: are read straight by its generated reader, with no lookup by number
         self._current = {MAGIC + version.fingerprint_bytes: version for version in self.catalogue.current.values()
                          if version.name in EVENT_TYPES_BY_NAME}
+        self._writers: dict[type, Writer] = {}  # each event type's generated writer (events/encoder.py), once used
 
     def encode(self, event: Event) -> bytes:
+        writer = self._writers.get(type(event))
+        if writer is None:
+            version = self.catalogue.current[type(event).__name__]
+            writer = self._writers[type(event)] = writer_for(version, MAGIC + version.fingerprint_bytes)
+        try:
+            return writer(event)
+        except Exception:  # a value of a type a validated model never holds (events/encoder.py): as fastavro has it
+            pass
         version = self.catalogue.current[type(event).__name__]
         out = io.BytesIO()
         out.write(MAGIC)
