@@ -97,8 +97,10 @@ def _levels(leaves: list[bytes]) -> list[list[bytes]]:
     return levels
 
 
-def _root(leaf: bytes, index: int, count: int, path: bytes) -> bytes | None:
-    """The root `leaf` at `index` of `count` leads to along `path`, or None when the path does not fit."""
+def _walk(leaf: bytes, index: int, count: int, path: bytes) -> tuple[list[bytes], list[int]] | None:
+    """The nodes `leaf` at `index` of `count` leads to along `path`, one a level (the leaf first, the root last), and
+    where in the path each level's sibling starts; None when the path does not fit."""
+    nodes, starts = [leaf], [0]
     node, at = leaf, 0
     while count > 1:
         sibling = index ^ 1
@@ -110,7 +112,47 @@ def _root(leaf: bytes, index: int, count: int, path: bytes) -> bytes | None:
             node = _node(other, node) if index & 1 else _node(node, other)
         index //= 2
         count = (count + 1) // 2
-    return node if at == len(path) else None
+        nodes.append(node)
+        starts.append(at)
+    return (nodes, starts) if at == len(path) else None
+
+
+class _Walked(NamedTuple):
+    """A record of a batch found authentic along its path: the next record of the batch climbs only to where the
+    two paths meet (`Verifier._alone`)."""
+
+    index: int
+    nodes: list[bytes]
+    starts: list[int]
+    path: bytes
+    signer: str
+
+
+def _met(leaf: bytes, index: int, count: int, path: bytes, walked: _Walked) -> _Walked | None:
+    """Where the record at `index` of `walked`'s batch climbs to the level its way up meets `walked`'s and finds
+    the node there and the rest of its path the same as `walked`'s: its own walk, made of its climb and the rest of
+    `walked`'s. None otherwise (its whole path is then walked)."""
+    meet = (index ^ walked.index).bit_length()
+    nodes, starts = [leaf], [0]
+    node, at, position = leaf, 0, index
+    for _ in range(meet):
+        sibling = position ^ 1
+        if sibling < count:
+            if at + _DIGEST > len(path):
+                return None
+            other = path[at:at + _DIGEST]
+            at += _DIGEST
+            node = _node(other, node) if position & 1 else _node(node, other)
+        position //= 2
+        count = (count + 1) // 2
+        nodes.append(node)
+        starts.append(at)
+    start = walked.starts[meet]
+    if node != walked.nodes[meet] or path[at:] != walked.path[start:]:
+        return None
+    shift = at - start
+    return _Walked(index, nodes + walked.nodes[meet + 1:], starts + [s + shift for s in walked.starts[meet + 1:]],
+                   path, walked.signer)
 
 
 @dataclass(frozen=True)
@@ -263,6 +305,8 @@ class Verifier:
         #: digests of messages checked or chained to -> the writer that vouches for each: a link proves a message
         #: only in the name of the writer whose authentic message links to it, never in another writer's name
         self._authentic_messages: OrderedDict[bytes, str] = OrderedDict()
+        #: per batch (a claim's key), the record of it found authentic along its path last
+        self._walked: dict[tuple, _Walked] = {}
 
     @property
     def writers(self) -> list[str]:
@@ -293,11 +337,30 @@ class Verifier:
         return out
 
     def _alone(self, claim: Claim | None) -> str | None:
-        """A record checked on its own: its value's leaf along its path to the batch's root."""
+        """A record checked on its own: its value's leaf along its path to the batch's root. Where a record of the
+        same batch was found authentic before (a batch split between polls), the two ways up meet at the level
+        of their indices' highest differing bit: this record climbs only to there, and is authentic when the node
+        it reaches is the one found there and the rest of its path is the rest of that one's. Its whole walk
+        would hash exactly what that one's did from there on, so the answer is the same, with fewer hashes."""
         if claim is None:
             return None
-        root = _root(claim.leaf, claim.index, claim.count, claim.path[8:])
-        return None if root is None else self._authentic(claim, root)
+        batch = claim[:_KEY]
+        path = claim.path[8:]
+        walked = self._walked.get(batch)
+        if walked is not None:
+            met = _met(claim.leaf, claim.index, claim.count, path, walked)
+            if met is not None:
+                self._walked[batch] = met
+                return walked.signer
+        way = _walk(claim.leaf, claim.index, claim.count, path)
+        if way is None:
+            return None
+        signer = self._authentic(claim, way[0][-1])
+        if signer is not None:
+            if len(self._walked) >= REMEMBERED_ROOTS:
+                self._walked.clear()
+            self._walked[batch] = _Walked(claim.index, way[0], way[1], path, signer)
+        return signer
 
     def _authentic(self, claim: Claim, root: bytes) -> str | None:
         """The claimed signer, when the batch it claims, with `root`, is known authentic, chained to from an

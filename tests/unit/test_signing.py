@@ -20,7 +20,8 @@ from services.policy import DEFAULT_POLICY
 from tests.builders import env, fold, job, node, quota, team, topology
 
 TOPIC = "gangway.events"
-original_root = signing._root
+original_walk = signing._walk
+original_met = signing._met
 SEEDS = {name: bytes([i]) * 32 for i, name in enumerate(("admin", "admitter", "placer", "clock", "intake"), 1)}
 
 
@@ -166,9 +167,11 @@ def test_a_link_to_a_batch_no_reader_sees_costs_the_batch_before_it_its_own_chec
 
 def test_a_whole_batch_is_checked_on_the_root_its_values_make_and_a_broken_one_record_by_record(monkeypatch) -> None:
     """Every record of a batch at hand: one root from their values, no path walked. A copy of one of its records
-    (written again), a value changed, or a size claimed that no batch has: each record is then checked alone."""
-    walked = []
-    monkeypatch.setattr(signing, "_root", lambda *args: walked.append(args) or original_root(*args))
+    (written again), a value changed, or a size claimed that no batch has: each record is then checked alone (the
+    first along its whole path, the others to where their paths meet the one before)."""
+    walked, met = [], []
+    monkeypatch.setattr(signing, "_walk", lambda *args: walked.append(args) or original_walk(*args))
+    monkeypatch.setattr(signing, "_met", lambda *args: met.append(args) or original_met(*args))
     records = batches("admitter", [4, 3])
     check, counting = elsewhere(monkeypatch)
     assert check.signers_of(records) == ["admitter"] * 7
@@ -176,7 +179,7 @@ def test_a_whole_batch_is_checked_on_the_root_its_values_make_and_a_broken_one_r
     copied = [*records[:4], records[1], *records[4:]]
     check, counting = elsewhere(monkeypatch)
     assert check.signers_of(copied) == ["admitter"] * 8
-    assert len(walked) == 5 and counting["admitter"].checked == 1  # the first batch's five records alone
+    assert (len(walked), len(met), counting["admitter"].checked) == (1, 4, 1)  # the first batch's five alone
     topic, partition, value, headers = records[2]
     changed = [*records[:2], (topic, partition, value + b"!", headers), *records[3:]]
     check, _ = elsewhere(monkeypatch)
