@@ -121,7 +121,7 @@ class _Walked(NamedTuple):
     """A record of a batch found authentic along its path: the next record of the batch climbs only to where the
     two paths meet (`Verifier._alone`)."""
 
-    index: int
+    position: int  # its index in the batch
     nodes: list[bytes]
     starts: list[int]
     path: bytes
@@ -132,7 +132,7 @@ def _met(leaf: bytes, index: int, count: int, path: bytes, walked: _Walked) -> _
     """Where the record at `index` of `walked`'s batch climbs to the level its way up meets `walked`'s and finds
     the node there and the rest of its path the same as `walked`'s: its own walk, made of its climb and the rest of
     `walked`'s. None otherwise (its whole path is then walked)."""
-    meet = (index ^ walked.index).bit_length()
+    meet = (index ^ walked.position).bit_length()
     nodes, starts = [leaf], [0]
     node, at, position = leaf, 0, index
     for _ in range(meet):
