@@ -77,16 +77,18 @@ class BetweenBatches:
     scanned the whole state again: 13% of the admitter's time in that burst. So after each batch what exists is set
     aside (`gc.freeze()`, which costs the same at any size) and collections scan only what the batch after it makes.
     A cycle that was still alive when set aside is freed by a full collection every SWEEP_EVERY_S, taken only at a
-    poll that found nothing to read. `seconds` is the time the collector took meanwhile, sweeps included."""
+    poll that found nothing to read. `seconds` is the time the collector took meanwhile, sweeps included; with
+    `paced` False the collector keeps Python's pace and is only timed (for a benchmark's side by side)."""
 
-    def __init__(self, sweep_every_s: float = SWEEP_EVERY_S) -> None:
-        self.sweep_every_s = sweep_every_s
+    def __init__(self, sweep_every_s: float = SWEEP_EVERY_S, paced: bool = True) -> None:
+        self.sweep_every_s, self.paced = sweep_every_s, paced
         self.swept_at = time.monotonic()
         self.sweeps = 0
         self.seconds = 0.0
         self._began = 0.0
         self._threshold = gc.get_threshold()
-        gc.set_threshold(YOUNG_THRESHOLD, 50, 100)
+        if paced:
+            gc.set_threshold(YOUNG_THRESHOLD, 50, 100)
         gc.callbacks.append(self._timed)
 
     def _timed(self, phase: str, info: dict) -> None:
@@ -97,6 +99,8 @@ class BetweenBatches:
 
     def after_poll(self, records: int) -> None:
         """Called after each poll and its batch: `records` it read (0: a quiet poll)."""
+        if not self.paced:
+            return
         if records:
             gc.freeze()
         elif time.monotonic() - self.swept_at >= self.sweep_every_s:

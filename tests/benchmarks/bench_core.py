@@ -5,9 +5,12 @@ cohort, and 10,000 gangs whose sizes are the first 10,000 jobs of the merged ITP
 submitted at once (`--nodes 12500 --jobs 100000` for a 100,000-GPU cell). Phase 1 folds the submissions (placed workers start at once, as
 agents would report); phase 2 completes running jobs one by one (their workers exit, recovery ends them) so
 that queued gangs are admitted as capacity frees. Prints decisions per second for each
-phase, and with --profile the functions where the time goes.
+phase, and with --profile the functions where the time goes. The cyclic garbage collector is paced as a running
+service paces it (events/collector.py `BetweenBatches`, each record a batch); `--default-collector` leaves it at
+Python's default pace.
 
     python tests/benchmarks/bench_core.py [--nodes 1250] [--jobs 10000] [--policy gangway-3] [--profile]
+                                          [--default-collector]
 
 `--against DIR` (another checkout of Gangway, e.g. `git worktree add /tmp/before <commit>`) runs the same
 benchmark there and here `--runs` times, alternating, each a process of its own, and prints the medians side by side.
@@ -30,6 +33,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from events import models as m  # noqa: E402
+from events.collector import BetweenBatches  # noqa: E402
 from events.submission import job_submitted  # noqa: E402
 from events.traces import gang_shape, itp_jobs  # noqa: E402
 from projections.jobs import JobState  # noqa: E402
@@ -82,6 +86,8 @@ def main() -> int:
     parser.add_argument("--completions", type=int, default=2_000, help="running jobs to complete in phase 2")
     parser.add_argument("--policy", default="gangway", help="a policy name or recorded version (default gangway)")
     parser.add_argument("--profile", action="store_true")
+    parser.add_argument("--default-collector", action="store_true",
+                        help="Python's own pace of the cyclic garbage collector, not a running service's")
     parser.add_argument("--against", type=Path, metavar="DIR", help="another checkout to time side by side")
     parser.add_argument("--runs", type=int, default=3, help="runs in each checkout with --against (default 3)")
     args = parser.parse_args()
@@ -95,6 +101,8 @@ def main() -> int:
     jobs = submissions(cell, args.jobs)
     profiler = cProfile.Profile() if args.profile else None
 
+    collector = BetweenBatches(paced=not args.default_collector)
+
     start_offset = len(cell.log)
     if profiler:
         profiler.enable()
@@ -102,6 +110,7 @@ def main() -> int:
     for job in jobs:
         cell.append(job)
         cell.run_until(1)  # the workers start
+        collector.after_poll(1)
     phase1, cpu1 = time.perf_counter() - t0, time.process_time() - c0
     admitted1, placed1 = count(cell, start_offset, m.JobAdmitted), count(cell, start_offset, m.JobPlaced)
     decisions1 = sum(1 for e in cell.log[start_offset:] if e.is_decision)
@@ -115,6 +124,7 @@ def main() -> int:
             cell.append(m.WorkerExited(envelope=cell.envelope(2, "agent"), job_id=job_id, attempt=job.attempt,
                                        worker=worker, node=node, exit_code=0))
         cell.run_until(2)
+        collector.after_poll(1)
     phase2, cpu2 = time.perf_counter() - t0, time.process_time() - c0
     if profiler:
         profiler.disable()
@@ -129,6 +139,8 @@ def main() -> int:
     print(f"phase 2 (complete {completed:,} running gangs, queue {queued:,} left): {phase2:.2f} s, {admitted2:,} admitted, "
           f"{placed2:,} placed -> {placed2 / phase2:,.0f} gangs admitted+placed/s, "
           f"{completed / phase2:,.0f} completions/s (CPU {cpu2:.2f} s: {placed2 / cpu2:,.0f} per CPU-second)")
+    print(f"collector: {'Python default' if args.default_collector else 'as a running service paces it'}, "
+          f"{collector.seconds:.2f} s in collections")
     if profiler:
         pstats.Stats(profiler).sort_stats("tottime").print_stats(18)
     return 0

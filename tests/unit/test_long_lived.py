@@ -91,3 +91,18 @@ def test_a_cycle_set_aside_is_freed_by_the_sweep_at_a_quiet_poll_and_not_before(
         print(kept, still, busy, watch() is None, collector.sweeps)
     """)
     assert out == "True True True True 1"
+
+
+def test_an_unpaced_collector_is_only_timed():
+    out = run("""
+        import gc
+        from events.collector import BetweenBatches
+        default = gc.get_threshold()
+        collector = BetweenBatches(sweep_every_s=0, paced=False)
+        state = [[i] for i in range(50_000)]
+        collector.after_poll(500)
+        collector.after_poll(0)
+        gc.collect()
+        print(gc.get_freeze_count(), gc.get_threshold() == default, collector.sweeps, collector.seconds > 0)
+    """)
+    assert out == "0 True 0 True"
