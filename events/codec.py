@@ -58,11 +58,17 @@ class EventCodec:
         writer = self._writers.get(type(event))
         if writer is None:
             version = self.catalogue.current[type(event).__name__]
-            writer = self._writers[type(event)] = writer_for(version, MAGIC + version.fingerprint_bytes)
+            try:
+                writer = writer_for(version, MAGIC + version.fingerprint_bytes)
+            except TypeError:  # a schema with a type the generated writers do not write: fastavro writes it
+                writer = self._by_fastavro
+            self._writers[type(event)] = writer
         try:
             return writer(event)
         except Exception:  # a value of a type a validated model never holds (events/encoder.py): as fastavro has it
-            pass
+            return self._by_fastavro(event)
+
+    def _by_fastavro(self, event: Event) -> bytes:
         version = self.catalogue.current[type(event).__name__]
         out = io.BytesIO()
         out.write(MAGIC)

@@ -76,19 +76,24 @@ class BetweenBatches:
     reference cycles (a burst of 6,000 gangs left 15 objects for the collector to free). Yet each full collection
     scanned the whole state again: 13% of the admitter's time in that burst. So after each batch what exists is set
     aside (`gc.freeze()`, which costs the same at any size) and collections scan only what the batch after it makes.
-    A cycle that was still alive when set aside is freed by a full collection every SWEEP_EVERY_S, taken only at a
-    poll that found nothing to read. `seconds` is the time the collector took meanwhile, sweeps included; with
-    `paced` False the collector keeps Python's pace and is only timed (for a benchmark's side by side)."""
+    A cycle that was still alive when set aside is freed by a full sweep every SWEEP_EVERY_S: at the first poll
+    that finds nothing to read once one is due, or after any poll once one is due twice over (a cell whose
+    heartbeats never let a poll come back empty). `seconds` is the time the collector took meanwhile, sweeps
+    included; with `paced` False the collector keeps Python's pace and is only timed (for a benchmark's side by
+    side). Instances may overlap: the last to close restores Python's pace and lets go of what was set aside."""
 
     def __init__(self, sweep_every_s: float = SWEEP_EVERY_S, paced: bool = True) -> None:
+        global _pacing, _threshold_before
         self.sweep_every_s, self.paced = sweep_every_s, paced
         self.swept_at = time.monotonic()
         self.sweeps = 0
         self.seconds = 0.0
         self._began = 0.0
-        self._threshold = gc.get_threshold()
         if paced:
-            gc.set_threshold(YOUNG_THRESHOLD, 50, 100)
+            if not _pacing:
+                _threshold_before = gc.get_threshold()
+                gc.set_threshold(YOUNG_THRESHOLD, 50, 100)
+            _pacing += 1
         gc.callbacks.append(self._timed)
 
     def _timed(self, phase: str, info: dict) -> None:
@@ -101,16 +106,25 @@ class BetweenBatches:
         """Called after each poll and its batch: `records` it read (0: a quiet poll)."""
         if not self.paced:
             return
-        if records:
-            gc.freeze()
-        elif time.monotonic() - self.swept_at >= self.sweep_every_s:
+        due = time.monotonic() - self.swept_at
+        if due >= self.sweep_every_s and (not records or due >= 2 * self.sweep_every_s):
             gc.unfreeze()
             gc.collect()
-            gc.freeze()
             self.swept_at = time.monotonic()
             self.sweeps += 1
+        gc.freeze()
 
     def close(self) -> None:
-        """Stops timing the collector; its pace as before."""
+        """Stops timing the collector; the last paced instance to close restores Python's pace and lets go of what
+        was set aside (a cycle among it is then freed by the next full collection)."""
+        global _pacing
         gc.callbacks.remove(self._timed)
-        gc.set_threshold(*self._threshold)
+        if self.paced:
+            _pacing -= 1
+            if not _pacing:
+                gc.set_threshold(*_threshold_before)
+                gc.unfreeze()
+
+
+_pacing = 0  # paced BetweenBatches not yet closed
+_threshold_before = gc.get_threshold()  # Python's pace before the first of them

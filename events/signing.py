@@ -118,13 +118,14 @@ def _walk(leaf: bytes, index: int, count: int, path: bytes) -> tuple[list[bytes]
 
 
 class _Walked(NamedTuple):
-    """A record of a batch found authentic along its path: the next record of the batch climbs only to where the
-    two paths meet (`Verifier._alone`)."""
+    """A record of a batch found authentic along its path: the next record of the batch with the same signature
+    climbs only to where the two paths meet (`Verifier._alone`)."""
 
     position: int  # its index in the batch
     nodes: list[bytes]
     starts: list[int]
     path: bytes
+    signature: bytes
     signer: str
 
 
@@ -152,7 +153,7 @@ def _met(leaf: bytes, index: int, count: int, path: bytes, walked: _Walked) -> _
         return None
     shift = at - start
     return _Walked(index, nodes + walked.nodes[meet + 1:], starts + [s + shift for s in walked.starts[meet + 1:]],
-                   path, walked.signer)
+                   path, walked.signature, walked.signer)
 
 
 @dataclass(frozen=True)
@@ -341,13 +342,14 @@ class Verifier:
         same batch was found authentic before (a batch split between polls), the two ways up meet at the level
         of their indices' highest differing bit: this record climbs only to there, and is authentic when the node
         it reaches is the one found there and the rest of its path is the rest of that one's. Its whole walk
-        would hash exactly what that one's did from there on, so the answer is the same, with fewer hashes."""
+        would hash exactly what that one's did from there on, so the answer is the same, with fewer hashes. Only a
+        record carrying the same signature takes the shortcut: a copy with another one is judged on it as before."""
         if claim is None:
             return None
         batch = claim[:_KEY]
         path = claim.path[8:]
         walked = self._walked.get(batch)
-        if walked is not None:
+        if walked is not None and walked.signature == claim.signature:
             met = _met(claim.leaf, claim.index, claim.count, path, walked)
             if met is not None:
                 self._walked[batch] = met
@@ -359,7 +361,7 @@ class Verifier:
         if signer is not None:
             if len(self._walked) >= REMEMBERED_ROOTS:
                 self._walked.clear()
-            self._walked[batch] = _Walked(claim.index, way[0], way[1], path, signer)
+            self._walked[batch] = _Walked(claim.index, way[0], way[1], path, claim.signature, signer)
         return signer
 
     def _authentic(self, claim: Claim, root: bytes) -> str | None:

@@ -94,3 +94,14 @@ def test_arrays_of_any_length_and_any_text(gpus, node):
 def test_an_enum_symbol_given_as_its_text_is_written_as_fastavro_writes_it():
     event = placed(envelope=ENVELOPE.model_copy(update={"reason": Reason.WITHIN_NOMINAL_QUOTA.value}))
     assert generated(event) == by_fastavro(event) == generated(placed())
+
+
+def test_a_schema_the_generator_does_not_write_is_written_by_fastavro(monkeypatch):
+    """A future schema with a type no generated writer writes (an int, a double, a wider union): encoding falls
+    back to fastavro rather than failing."""
+    def refuses(version, header):
+        raise TypeError(f"no generated writer for {version.name}")
+
+    monkeypatch.setattr("events.codec.writer_for", refuses)
+    event = placed()
+    assert EventCodec().encode(event) == by_fastavro(event)

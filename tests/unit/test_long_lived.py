@@ -68,29 +68,49 @@ def test_what_a_batch_left_is_set_aside_and_collections_scan_only_the_next_batch
     assert (paced, timed, restored) == ("True", "True", "True")
 
 
-def test_a_cycle_set_aside_is_freed_by_the_sweep_at_a_quiet_poll_and_not_before():
+def test_a_cycle_set_aside_is_freed_by_the_sweep_at_a_quiet_poll_or_once_twice_overdue():
     out = run("""
-        import gc, weakref
+        import gc, time, weakref
         from events.collector import BetweenBatches
         class Node: pass
-        collector = BetweenBatches(sweep_every_s=3600)
-        a, b = Node(), Node()
-        a.other, b.other = b, a  # a cycle alive when the batch ends
-        watch = weakref.ref(a)
+        def cycle():
+            a, b = Node(), Node()
+            a.other, b.other = b, a
+            return weakref.ref(a)
+        collector = BetweenBatches(sweep_every_s=100)
+        watch = cycle()  # dead at once, but alive to no collection before the batch ends: set aside with it
         collector.after_poll(3)
-        del a, b
         gc.collect()
-        kept = watch() is not None  # set aside: no collection sees it
-        collector.after_poll(0)  # quiet, but the sweep is not due
-        still = watch() is not None
-        collector.after_poll(5)  # busy: never a sweep
-        collector.sweep_every_s = 0
-        collector.after_poll(7)
-        busy = watch() is not None
+        kept = watch() is not None
+        collector.after_poll(0)  # quiet, but no sweep due
+        collector.swept_at = time.monotonic() - 150  # due, not twice over
+        collector.after_poll(5)  # busy: the sweep waits for a quiet poll
+        waited = watch() is not None
         collector.after_poll(0)  # quiet and due
-        print(kept, still, busy, watch() is None, collector.sweeps)
+        swept_quiet = watch() is None
+        watch = cycle()
+        collector.after_poll(5)
+        collector.swept_at = time.monotonic() - 250  # twice overdue: busy polls never let one come back empty
+        collector.after_poll(9)
+        print(kept, waited, swept_quiet, watch() is None, collector.sweeps)
     """)
-    assert out == "True True True True 1"
+    assert out == "True True True True 2"
+
+
+def test_overlapping_collectors_restore_pythons_pace_and_let_go_when_the_last_closes():
+    out = run("""
+        import gc
+        from events.collector import BetweenBatches
+        default = gc.get_threshold()
+        first, second = BetweenBatches(), BetweenBatches()
+        state = [[i] for i in range(10_000)]
+        first.after_poll(1)
+        first.close()
+        paced_still, frozen_still = gc.get_threshold() != default, gc.get_freeze_count() > 10_000
+        second.close()
+        print(paced_still, frozen_still, gc.get_threshold() == default, gc.get_freeze_count())
+    """)
+    assert out == "True True True 0"
 
 
 def test_an_unpaced_collector_is_only_timed():

@@ -405,3 +405,19 @@ def test_only_records_signed_as_a_known_writer_signs_them_are_vouched_for() -> N
     claims_nothing = [signing._claim(*record) is None for record in records]
     assert claims_nothing == [False] * 7 + [True] * 5 + [False, True]  # headers in another order still claim
     assert verifier().signers_of(records) == ["admitter"] * 5 + [None] * 7 + ["admitter", None]
+
+
+def test_a_copy_with_another_signature_is_judged_on_it_though_its_batch_was_found_authentic(monkeypatch) -> None:
+    """The shortcut of a split batch (a record climbing only to where its path meets the last one found authentic)
+    is taken only by a record carrying the same signature: a copy with garbage in its signature is checked on it
+    once its batch's message is no longer remembered, as a reader without the shortcut checks it."""
+    monkeypatch.setattr(signing, "REMEMBERED_ROOTS", 2)
+    records = batches("admitter", [3])
+    check, counting = elsewhere(monkeypatch)
+    assert check.signers_of(records[:1]) == ["admitter"]
+    for other in (batches("placer", [2]), batches("placer", [2])):  # whole batches: the first one is forgotten
+        assert check.signers_of(other) == ["placer", "placer"]
+    topic, partition, value, headers = records[1]
+    garbage = (topic, partition, value, [(n, b"\x00" * 64 if n == signing.SIGNATURE else v) for n, v in headers])
+    assert check.signers_of([garbage]) == [None]
+    assert check.signers_of(records[1:]) == ["admitter", "admitter"]
