@@ -16,8 +16,9 @@ from contextlib import contextmanager
 
 #: Allocations between two collections of the youngest generation (Python's default is 700).
 YOUNG_THRESHOLD = 100_000
-#: Seconds between two full collections of a running service (`BetweenBatches`), each when it had nothing to read.
-SWEEP_EVERY_S = 600.0
+#: Seconds between two full sweeps of a running service (`BetweenBatches`). A sweep scans everything: 125 ms with
+#: 10,000 gangs in the state, 2.1 s with 100,000 (3.2 million objects), and it found nothing to free in either.
+SWEEP_EVERY_S = 3600.0
 
 _depth = 0  # nested uses keep the outermost one's settings until it ends
 
