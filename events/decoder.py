@@ -20,6 +20,7 @@ from pydantic import BaseModel
 
 from events.models import EVENT_TYPES_BY_NAME, Event
 from events.schema_catalogue import SchemaVersion
+from events.source import FunctionSource
 
 #: A reader of one event type: (buffer, position, end) -> (event, position after it).
 Reader = Callable[[bytes, int, int], tuple[Event, int]]
@@ -61,26 +62,13 @@ def _bad(what: str, p: int) -> Damaged:
     return Damaged(f"{what} at byte {p}")
 
 
-class _Writer:
+class _Writer(FunctionSource):
     """Writes one reader function's source: each `read_*` emits the lines that leave a value in a new local."""
 
     def __init__(self, names: dict[str, Any], models: dict[str, type[BaseModel]], enums: dict[str, type[Enum]],
                  constants: dict[str, Any]) -> None:
-        self.names, self.models, self.enums, self.constants = names, models, enums, constants
-        self.lines: list[str] = []
-        self.count = 0
-
-    def local(self) -> str:
-        self.count += 1
-        return f"v{self.count}"
-
-    def constant(self, value: Any, hint: str) -> str:
-        name = f"_{hint}_{len(self.constants)}"
-        self.constants[name] = value
-        return name
-
-    def emit(self, depth: int, line: str) -> None:
-        self.lines.append("    " * depth + line)
+        super().__init__(constants)
+        self.names, self.models, self.enums = names, models, enums
 
     def long(self, depth: int, small: bool = False) -> str:
         """A zig-zag varint; a `small` one (a length, a count) rarely takes more than a byte, so its longer

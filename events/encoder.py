@@ -17,6 +17,7 @@ from typing import Any
 
 from events.models import Event
 from events.schema_catalogue import SchemaVersion
+from events.source import FunctionSource
 
 #: A writer of one event type: event -> the record's bytes (the single-object header first).
 Writer = Callable[[Event], bytes]
@@ -28,26 +29,12 @@ class Unwritable(ValueError):
     """A value the generated writer does not write: fastavro is asked instead."""
 
 
-class _Writer:
+class _Writer(FunctionSource):
     """Writes one writer function's source: each `write_*` emits the lines that append a value's encoding."""
 
     def __init__(self, constants: dict[str, Any]) -> None:
+        super().__init__(constants)
         self.names: dict[str, Any] = {}
-        self.constants = constants
-        self.lines: list[str] = []
-        self.count = 0
-
-    def local(self) -> str:
-        self.count += 1
-        return f"v{self.count}"
-
-    def constant(self, value: Any, hint: str) -> str:
-        name = f"_{hint}_{len(self.constants)}"
-        self.constants[name] = value
-        return name
-
-    def emit(self, depth: int, line: str) -> None:
-        self.lines.append("    " * depth + line)
 
     def varint(self, depth: int, n: str) -> None:
         """Appends the non-negative `n` (a zig-zagged long or a length) seven bits a byte, lowest first."""

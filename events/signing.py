@@ -97,12 +97,13 @@ def _levels(leaves: list[bytes]) -> list[list[bytes]]:
     return levels
 
 
-def _walk(leaf: bytes, index: int, count: int, path: bytes) -> tuple[list[bytes], list[int]] | None:
-    """The nodes `leaf` at `index` of `count` leads to along `path`, one a level (the leaf first, the root last), and
-    where in the path each level's sibling starts; None when the path does not fit."""
+def _climb(leaf: bytes, index: int, count: int, path: bytes, levels: int) -> tuple[list[bytes], list[int]] | None:
+    """The nodes `leaf` at `index` of `count` leads to along `path`, one a level up to `levels` levels or the root
+    (the leaf first), and where in the path each level's sibling starts (the last: where the climb stopped); None
+    when the path runs out."""
     nodes, starts = [leaf], [0]
     node, at = leaf, 0
-    while count > 1:
+    while count > 1 and levels:
         sibling = index ^ 1
         if sibling < count:
             if at + _DIGEST > len(path):
@@ -112,9 +113,16 @@ def _walk(leaf: bytes, index: int, count: int, path: bytes) -> tuple[list[bytes]
             node = _node(other, node) if index & 1 else _node(node, other)
         index //= 2
         count = (count + 1) // 2
+        levels -= 1
         nodes.append(node)
         starts.append(at)
-    return (nodes, starts) if at == len(path) else None
+    return nodes, starts
+
+
+def _walk(leaf: bytes, index: int, count: int, path: bytes) -> tuple[list[bytes], list[int]] | None:
+    """`_climb` to the root (the last node), or None when the path does not fit."""
+    way = _climb(leaf, index, count, path, count)
+    return way if way is not None and way[1][-1] == len(path) else None
 
 
 class _Walked(NamedTuple):
@@ -134,20 +142,11 @@ def _met(leaf: bytes, index: int, count: int, path: bytes, walked: _Walked) -> _
     the node there and the rest of its path the same as `walked`'s: its own walk, made of its climb and the rest of
     `walked`'s. None otherwise (its whole path is then walked)."""
     meet = (index ^ walked.position).bit_length()
-    nodes, starts = [leaf], [0]
-    node, at, position = leaf, 0, index
-    for _ in range(meet):
-        sibling = position ^ 1
-        if sibling < count:
-            if at + _DIGEST > len(path):
-                return None
-            other = path[at:at + _DIGEST]
-            at += _DIGEST
-            node = _node(other, node) if position & 1 else _node(node, other)
-        position //= 2
-        count = (count + 1) // 2
-        nodes.append(node)
-        starts.append(at)
+    way = _climb(leaf, index, count, path, meet)
+    if way is None:
+        return None
+    nodes, starts = way
+    node, at = nodes[-1], starts[-1]
     start = walked.starts[meet]
     if node != walked.nodes[meet] or path[at:] != walked.path[start:]:
         return None
