@@ -20,7 +20,7 @@ from pydantic import BaseModel
 
 from events.models import EVENT_TYPES_BY_NAME, Event
 from events.schema_catalogue import SchemaVersion
-from events.source import FunctionSource
+from events.source import FunctionSource, full_name
 
 #: A reader of one event type: (buffer, position, end) -> (event, position after it).
 Reader = Callable[[bytes, int, int], tuple[Event, int]]
@@ -108,7 +108,7 @@ class _Writer(FunctionSource):
             return self.read(self.names[schema if "." in schema else f"{space}.{schema}"], depth, space)
         kind = schema["type"]
         if kind in ("record", "enum"):
-            name = _full_name(schema, space)
+            name = full_name(schema, space)
             self.names.setdefault(name, schema)
             space = name.rsplit(".", 1)[0]
             return self.record(schema, name, depth, space) if kind == "record" else self.enum(schema, name, depth)
@@ -212,11 +212,6 @@ class _Writer(FunctionSource):
         if kind == "record":
             return sum(self.width(f["type"], space) for f in schema["fields"])
         return _PRIMITIVE_WIDTH.get(kind, 1)
-
-
-def _full_name(schema: dict[str, Any], space: str) -> str:
-    name = schema["name"]
-    return name if "." in name else f"{schema.get('namespace', space)}.{name}"
 
 
 def _types_of(model: type[BaseModel], models: dict[str, type[BaseModel]], enums: dict[str, type[Enum]]) -> None:

@@ -17,12 +17,14 @@ from typing import Any
 
 from events.models import Event
 from events.schema_catalogue import SchemaVersion
-from events.source import FunctionSource
+from events.source import FunctionSource, full_name
 
 #: A writer of one event type: event -> the record's bytes (the single-object header first).
 Writer = Callable[[Event], bytes]
 
 _LONG_MIN, _LONG_MAX = -(2**63), 2**63 - 1
+#: The primitive types an event's schema holds (no int, float, double or fixed: the writer refuses those).
+_PRIMITIVES = ("null", "boolean", "long", "string", "bytes")
 
 
 class Unwritable(ValueError):
@@ -47,14 +49,14 @@ class _Writer(FunctionSource):
             self.union(schema, value, depth, space)
             return
         if isinstance(schema, str):
-            if schema in ("null", "boolean", "long", "string", "bytes"):
+            if schema in _PRIMITIVES:
                 self.primitive(schema, value, depth)
                 return
             self.write(self.names[schema if "." in schema else f"{space}.{schema}"], value, depth, space)
             return
         kind = schema["type"]
         if kind in ("record", "enum"):
-            name = schema["name"] if "." in schema["name"] else f"{schema.get('namespace', space)}.{schema['name']}"
+            name = full_name(schema, space)
             self.names.setdefault(name, schema)
             inner = name.rsplit(".", 1)[0]
             self.record(schema, value, depth, inner) if kind == "record" else self.enum(schema, value, depth)
@@ -62,7 +64,7 @@ class _Writer(FunctionSource):
             self.blocks(value, depth, lambda item, d: self.write(schema["items"], item, d, space), "")
         elif kind == "map":
             self.blocks(value, depth, lambda item, d: self.write(schema["values"], item, d, space), "items")
-        elif isinstance(kind, str) and kind in ("null", "boolean", "long", "string", "bytes"):
+        elif isinstance(kind, str) and kind in _PRIMITIVES:
             self.primitive(kind, value, depth)
         else:
             raise TypeError(f"no generated writer for the Avro type {schema!r}")

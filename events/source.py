@@ -25,3 +25,9 @@ class FunctionSource:
 
     def emit(self, depth: int, line: str) -> None:
         self.lines.append("    " * depth + line)
+
+
+def full_name(schema: dict[str, Any], space: str) -> str:
+    """A named Avro type's full name: its own if dotted, else its namespace's (or `space`) and its name."""
+    name = schema["name"]
+    return name if "." in name else f"{schema.get('namespace', space)}.{name}"
