@@ -26,7 +26,7 @@ from events.broker import quiet_logger
 from events.codec import EventCodec, UndecodableEvent
 from events.models import DeadLetter, Envelope, Event
 from events.signing import SIGNATURE_HEADERS, SIGNER, Unvouched, Verifier, may_write, vouched
-from events.topics import TopicNames, cell_partition, wait_for_leaders
+from events.topics import TopicNames, cell_partition
 
 log = logging.getLogger("gangway.log")
 
@@ -296,11 +296,35 @@ class EventProducer:
         self._send(topic, partition, key, value, headers)
 
     def make_inputs(self, topics: Sequence[str]) -> None:
-        """Creates the input topics this writer will write that it has not made yet, in one request."""
+        """Creates the input topics this writer will write that it has not made yet, in one request, and returns
+        once this writer's client knows each one's partition (`_await_known`)."""
         missing = [t for t in topics if t not in self._made]
         if missing:
             ensure_input_topics(self.bootstrap, self.principal, missing)
+            self._await_known(missing)
             self._made.update(missing)
+
+    def _await_known(self, topics: Sequence[str], timeout: float = 30.0) -> None:
+        """Asks the broker for each topic until it answers with its partition 0 led by a broker. A record produced
+        into a transaction to a topic the client does not know yet was seen lost: the first record of a
+        transaction to an input topic made just before it never reached the topic (the topic's first batch began
+        at sequence 1), while the transaction committed (confluentinc/confluent-kafka-dotnet#1568 reports the
+        like). Raises KafkaException when one is still unknown after `timeout`."""
+        deadline = time.monotonic() + timeout
+        for topic in topics:
+            while True:
+                try:
+                    known = self._producer.list_topics(topic, timeout=max(0.1, min(5.0, deadline - time.monotonic())))
+                    found = known.topics.get(topic)
+                    if found is not None and found.error is None and 0 in found.partitions \
+                            and found.partitions[0].leader >= 0:
+                        break
+                except KafkaException:
+                    pass  # asked again below until the deadline
+                if time.monotonic() > deadline:
+                    raise KafkaException(KafkaError(KafkaError._UNKNOWN_TOPIC,
+                                                    f"input topic {topic} is not known {timeout:.0f} s after it was made"))
+                time.sleep(0.05)
 
     def _produce_input(self, event: Event, headers: Headers | None) -> None:
         topic = self.inputs(event) if callable(self.inputs) else self.topics.input_topic(event)
@@ -421,8 +445,7 @@ def ensure_input_topic(bootstrap: str, principal: str | Credentials | None, topi
 def ensure_input_topics(bootstrap: str, principal: str | Credentials | None, topics: Sequence[str],
                         timeout: float = 30.0) -> None:
     """`ensure_input_topic` for several topics in one request: a writer with many inputs (a fleet's nodes) makes
-    them all before its first write, so the intake finds them together instead of rebalancing once per topic.
-    Returns once each has a leader (`wait_for_leaders`)."""
+    them all before its first write, so the intake finds them together instead of rebalancing once per topic."""
     from confluent_kafka.admin import AdminClient, NewTopic
 
     admin = AdminClient(client_config(bootstrap, principal, logger=quiet_logger()))
@@ -435,7 +458,6 @@ def ensure_input_topics(bootstrap: str, principal: str | Credentials | None, top
         except KafkaException as error:
             if error.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
                 raise
-    wait_for_leaders(admin, dict.fromkeys(topics, 1), timeout)
 
 
 class EventConsumer:

@@ -168,33 +168,30 @@ def ensure_topics(admin: AdminClient, cells: Sequence[str], replication_factor: 
                 error = exc.args[0]
                 if error.code() != KafkaError.TOPIC_ALREADY_EXISTS:  # a concurrent creator won the race: fine
                     raise TopicError(f"creating topic {name} failed: {error.str()}") from None
-    wait_for_leaders(admin, {s.name: s.partitions for s in specs}, timeout, cells)
+    _wait_for_leaders(admin, specs, cells, timeout)
     return specs
 
 
-def wait_for_leaders(admin: AdminClient, partitions: Mapping[str, int], timeout: float,
-                     cells: Sequence[str] = ()) -> None:
-    """Verify each topic has the partitions it needs (name -> count), and wait until every partition has a leader
-    so the first produce does not bounce: a record produced into a transaction to an input topic made just before
-    was once seen lost while its transaction committed (the topic's first batch began at sequence 1)."""
+def _wait_for_leaders(admin: AdminClient, specs: Sequence[TopicSpec], cells: Sequence[str], timeout: float) -> None:
+    """Verify partition counts, and wait until every partition has a leader so the first produce does not bounce."""
     deadline = time.monotonic() + timeout
     while True:
         topics = admin.list_topics(timeout=timeout).topics
         waiting = False
-        for name, needed in partitions.items():
-            meta = topics.get(name)
+        for spec in specs:
+            meta = topics.get(spec.name)
             if meta is None or meta.error is not None:
                 waiting = True
                 continue
-            if len(meta.partitions) < needed:
+            if len(meta.partitions) < spec.partitions:
                 raise TopicError(
-                    f"topic {name} has {len(meta.partitions)} partitions but needs {needed} "
+                    f"topic {spec.name} has {len(meta.partitions)} partitions but needs {spec.partitions} "
                     f"(cells {list(cells)}): add partitions with AdminClient.create_partitions; cell i stays partition i")
             waiting = waiting or any(p.leader < 0 for p in meta.partitions.values())
         if not waiting:
             return
         if time.monotonic() > deadline:
-            raise TopicError(f"topics {sorted(partitions)} have no leader after {timeout:.0f} s")
+            raise TopicError(f"topics {[s.name for s in specs]} have no leader after {timeout:.0f} s")
         time.sleep(0.2)
 
 
