@@ -122,12 +122,16 @@ def run(args: argparse.Namespace) -> int:
     print(f"gangway demo: dashboard {demo.dashboard_url}", flush=True)
     try:
         demo.play()
+        failed = demo.failed()
     finally:
         demo.stop()
         if started_kafka:
             kafka.stop()  # it was not running before the demo
     print(demo.view.render())
     print(demo.summary())
+    if failed:
+        print(f"gangway demo: failed: {failed}", file=sys.stderr)
+        return 1
     return 0
 
 
@@ -190,6 +194,10 @@ class Demo:
                                "--start", str(a.start), "--limit", str(a.jobs), "--max-gpus", "32",
                                "--compress", str(a.compress),
                                "--define-teams", "--gpus", str(a.nodes * 8))
+                failed = self.failed()
+                if failed:
+                    print(f"gangway demo: {failed}; stopping", file=sys.stderr, flush=True)
+                    break
                 if self.reclaim is None and time.monotonic() - began > 0.4 * a.duration:
                     self._submit_reclaim()
                 if time.monotonic() - last_screen >= 1.0:
@@ -201,6 +209,18 @@ class Demo:
                 self.live.stop()
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
+
+    def failed(self) -> str:
+        """Which process ended on its own, and how, or '': every one runs until the demo stops it, but the load,
+        which ends once it has written its slice (exit 0)."""
+        for name, child in self.children.items():
+            code = child.poll()
+            if code is not None and (code != 0 or name != "load"):
+                log = self.state_dir / f"{name}.log"
+                last = next((line for line in reversed(log.read_text(errors="replace").splitlines())
+                             if line.strip()), "") if log.exists() else ""
+                return f"{name} exited with {code} ({log}{': ' + last[-300:] if last else ''})"
+        return ""
 
     def _fold(self, offset: int, event: m.Event) -> None:
         self.view.fold(offset, event)
