@@ -108,8 +108,9 @@ def transient(error: KafkaException) -> bool:
 
 
 def _debugging() -> dict:
-    """librdkafka's debug contexts named by `GANGWAY_KAFKA_DEBUG` (e.g. `cgrp`: the consumer group's joins and
-    assignments), logged by `gangway.kafka.debug`: what to look at when a consumer does not rejoin its group."""
+    """librdkafka's debug contexts named by `GANGWAY_KAFKA_DEBUG`, for the consumers and producers alike (e.g. `cgrp`:
+    the consumer group's joins and assignments; `eos,msg,protocol`: a producer's transactions, batches and their
+    answers), logged by `gangway.kafka.debug`."""
     contexts = os.environ.get("GANGWAY_KAFKA_DEBUG")
     if not contexts:
         return {}
