@@ -5,7 +5,10 @@ says so, instead of showing an empty cell and exiting 0."""
 import argparse
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
+
+import pytest
 
 from events.clock import VirtualClock
 from events.topics import topic_names
@@ -29,45 +32,35 @@ def child(demo: Demo, name: str, code: int | None, last_line: str = "") -> None:
         demo.children[name].wait()
 
 
-def test_every_process_still_running_is_no_failure(tmp_path):
-    d = demo(tmp_path)
-    try:
-        for name in ("api", "services", "fleet", "load"):
-            child(d, name, None)
-        assert d.failed() == ""
-    finally:
-        d.stop()
+@pytest.fixture
+def d(tmp_path: Path) -> Iterator[Demo]:
+    the_demo = demo(tmp_path)
+    yield the_demo
+    the_demo.stop()
 
 
-def test_a_load_that_wrote_its_slice_and_ended_is_no_failure(tmp_path):
-    d = demo(tmp_path)
-    try:
-        child(d, "services", None)
-        child(d, "load", 0)
-        assert d.failed() == ""
-    finally:
-        d.stop()
+def test_every_process_still_running_is_no_failure(d):
+    for name in ("api", "services", "fleet", "load"):
+        child(d, name, None)
+    assert d.failed() == ""
 
 
-def test_a_load_that_failed_is_named_with_its_last_words(tmp_path):
-    d = demo(tmp_path)
-    try:
-        child(d, "services", None)
-        child(d, "load", 1, "gangway load: 1 team definitions are not on the log after 30 s")
-        failed = d.failed()
-        assert failed.startswith("load exited with 1 (")
-        assert str(tmp_path / "load.log") in failed
-        assert failed.endswith(": gangway load: 1 team definitions are not on the log after 30 s)")
-    finally:
-        d.stop()
+def test_a_load_that_wrote_its_slice_and_ended_is_no_failure(d):
+    child(d, "services", None)
+    child(d, "load", 0)
+    assert d.failed() == ""
 
 
-def test_a_service_process_that_ended_at_all_is_a_failure(tmp_path):
-    d = demo(tmp_path)
-    try:
-        child(d, "load", None)
-        child(d, "services", 0)
-        assert d.failed().startswith("services exited with 0")
-    finally:
-        d.stop()
+def test_a_load_that_failed_is_named_with_its_last_words(d, tmp_path):
+    child(d, "services", None)
+    child(d, "load", 1, "gangway load: 1 team definitions are not on the log after 30 s")
+    failed = d.failed()
+    assert failed.startswith("load exited with 1 (")
+    assert str(tmp_path / "load.log") in failed
+    assert failed.endswith(": gangway load: 1 team definitions are not on the log after 30 s)")
 
+
+def test_a_service_process_that_ended_at_all_is_a_failure(d):
+    child(d, "load", None)
+    child(d, "services", 0)
+    assert d.failed().startswith("services exited with 0")
