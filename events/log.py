@@ -143,6 +143,14 @@ class ProducerFenced(RuntimeError):
 #: never returns, and everything the writer takes in waits this long (compose/KAFKA.md).
 SEND_OFFSETS_TIMEOUT_S = 8.0
 SEND_OFFSETS_GRACE_S = 2.0
+#: How many such calls this process gave up on: librdkafka may wait for them for ever, also while the interpreter
+#: finalizes (services/run_cli.py `_leave`).
+_abandoned_calls = 0
+
+
+def abandoned_calls() -> int:
+    """How many librdkafka calls this process gave up on (`EventProducer._send_offsets`)."""
+    return _abandoned_calls
 
 _FENCED = (KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH)
 
@@ -392,6 +400,8 @@ class EventProducer:
         worker.start()
         worker.join(timeout + SEND_OFFSETS_GRACE_S)
         if not outcome:
+            global _abandoned_calls
+            _abandoned_calls += 1
             self._abandoned = True  # its transaction API is busy for good: no abort, a new producer replaces it
             raise KafkaException(KafkaError(KafkaError._TIMED_OUT, f"send_offsets_to_transaction did not return "
                                             f"within {timeout + SEND_OFFSETS_GRACE_S:.0f} s", fatal=True))

@@ -17,6 +17,7 @@ from events.auth import AuthError
 from events.clock import VirtualClock, epoch_from_env, run_clock
 from events.collector import long_lived_from_here
 from events.command import needs_broker
+from events.log import abandoned_calls
 from events.topics import cells_from_env, topic_names, topic_prefix
 from projections.store import StoreMismatch
 from services.deciders import DECIDERS
@@ -72,7 +73,7 @@ def _run(args: argparse.Namespace) -> int:
             return 0
         if args.service == "intake":
             Intake(args.bootstrap_servers, topics, cells, name_prefix=topic_prefix(), replica=args.replica).run(stop=stop)
-            return 0
+            return leave(0)
     except (AuthError, IntakeNameTaken) as error:
         print(f"gangway run {args.service}: {error}", file=sys.stderr)
         return 1
@@ -83,7 +84,20 @@ def _run(args: argparse.Namespace) -> int:
     except (UnknownPolicy, StoreMismatch, AuthError) as error:
         print(f"gangway run {args.service}: {error}", file=sys.stderr)
         return 1
-    return 0
+    return leave(0)
+
+
+def leave(code: int) -> int:
+    """`code`, once a service has stopped in order; but when this process gave up on a librdkafka call, it ends here
+    with `code`, its logs flushed, without the interpreter's finalization: that waited for ever in librdkafka once
+    (the intake in the broker-fault test, 60 s after SIGTERM, its main thread garbage-collecting with no Python
+    frame left, after it had given up on a send_offsets_to_transaction)."""
+    if abandoned_calls():
+        logging.shutdown()
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    return code
 
 
 def _run_all(args: argparse.Namespace) -> int:
