@@ -144,7 +144,7 @@ class ProducerFenced(RuntimeError):
 SEND_OFFSETS_TIMEOUT_S = 8.0
 SEND_OFFSETS_GRACE_S = 2.0
 #: How many such calls this process gave up on: librdkafka may wait for them for ever, also while the interpreter
-#: finalizes (services/run_cli.py `_leave`).
+#: finalizes (services/run_cli.py `leave`).
 _abandoned_calls = 0
 
 
