@@ -191,9 +191,13 @@ class Tenancy:
             return _answer(False, borrowed, "nominal")
         if quota.borrowing_limit is not None and borrowed > quota.borrowing_limit:
             return _answer(False, borrowed, "borrowing_limit")
+        # What the request adds to the pool's use, less what it leaves unused of the part its team keeps: negative
+        # for a request inside that part, which a pool overdrawn (a lending limit or a nominal lowered under
+        # borrowers) must still grant as far as the overdraft allows (Kueue: the unused guaranteed quota plus the
+        # cohort's headroom, which may be negative).
         kept = quota.guaranteed
-        over_after, over_before = after - kept, used - kept
-        own_extra = (over_after if over_after > 0 else 0) - (over_before if over_before > 0 else 0)
+        over_before = used - kept
+        own_extra = after - kept - (over_before if over_before > 0 else 0)
         size = self._pool_sizes.get(key)
         if self.pool_used(team, gpu_type, usage) + own_extra > (self.pool_size(team, gpu_type) if size is None else size):
             return _answer(False, borrowed, "cohort" if borrowed else "reclaim")

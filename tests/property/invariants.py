@@ -120,7 +120,8 @@ def check_quota_usage(state: CellState) -> None:
 
 
 def check_admission(state: CellState, admitted: m.JobAdmitted, offset: int) -> None:
-    """An admission that took effect keeps the borrowing limit and the cohort pool."""
+    """An admission that took effect keeps the borrowing limit and the cohort pool (Kueue: what the team keeps of its
+    nominal and does not use, plus the pool's headroom, which may be negative)."""
     job = state.jobs[admitted.job_id]
     if job.state is not JobState.ADMITTED or not _took_effect(job, offset):
         return  # superseded
@@ -128,8 +129,12 @@ def check_admission(state: CellState, admitted: m.JobAdmitted, offset: int) -> N
     quota = tenancy.quota(*key)
     borrowed = max(0, tenancy.used(*key) - quota.nominal)
     assert quota.borrowing_limit is None or borrowed <= quota.borrowing_limit, f"{job.job_id} borrows {borrowed}"
-    assert tenancy.pool_used(*key) <= tenancy.pool_size(*key), (
-        f"{job.job_id}: pool of {job.team} uses {tenancy.pool_used(*key)} of {tenancy.pool_size(*key)}")
+    # A team's unlent part is its own even in a pool overdrawn (a lending limit or nominal lowered under
+    # borrowers): an admission within it may leave the overdraft, no bigger than what the team leaves unused of it.
+    unused_kept = max(0, quota.guaranteed - tenancy.used(*key))
+    assert tenancy.pool_used(*key) - unused_kept <= tenancy.pool_size(*key), (
+        f"{job.job_id}: pool of {job.team} uses {tenancy.pool_used(*key)} of {tenancy.pool_size(*key)}, "
+        f"{unused_kept} of its kept part unused")
 
 
 def check_backfill(state: CellState, admitted: m.JobAdmitted, offset: int, claimed: dict) -> None:

@@ -1,5 +1,5 @@
-"""The weighted dominant share that orders teams under fair share (usage over the pool's nominal, per weight), and
-the admission cycle's memo of each pool's use."""
+"""The weighted dominant share that orders teams under fair share (usage over the pool's nominal, per weight), the
+admission cycle's memo of each pool's use, and the part of a nominal a team keeps in a pool overdrawn."""
 
 from __future__ import annotations
 
@@ -14,6 +14,23 @@ def tenancy_of(*events):
     for offset, event in enumerate(events):
         assert evolve(state, event, offset) is None
     return state, len(events)
+
+
+def test_a_team_keeps_its_unlent_part_as_far_as_an_overdrawn_pool_allows():
+    """Kueue's lendingLimit: what a team does not lend stays its own. A lending limit lowered under a borrower leaves
+    the pool overdrawn; the lender may still use its unused kept part less the overdraft (Kueue: the unused
+    guaranteed quota plus the cohort's headroom, which may be negative), and beyond that must reclaim."""
+    state, offset = tenancy_of(team("nlp", cohort="all"), team("cv", cohort="all"), quota("nlp", 16), quota("cv", 32))
+    tenancy = state.tenancy
+    tenancy.use(("nlp", "H100"), 32)  # 16 of it borrowed from cv, which lent all it had
+    assert evolve(state, quota("cv", 32, lending_limit=0), offset) is None  # the pool: nlp's 16, used 32
+    assert tenancy.admissible("cv", "H100", 16).fits  # 32 kept, unused, less the overdraft of 16
+    refused = tenancy.admissible("cv", "H100", 17)
+    assert not refused.fits and refused.limit == "reclaim" and refused.borrowed == 0
+    tenancy.use(("nlp", "H100"), -8)  # a borrower ended: the overdraft is 8
+    assert tenancy.admissible("cv", "H100", 24).fits
+    assert not tenancy.admissible("cv", "H100", 25).fits
+    assert not tenancy.admissible("nlp", "H100", 1).fits  # nlp borrows more only from what the pool has left
 
 
 def test_share_is_usage_over_the_pools_nominal_per_weight():
