@@ -13,7 +13,7 @@ the reservation's shadow time (Slurm's EASY backfill; see services/core/placemen
 from __future__ import annotations
 
 from bisect import bisect_left
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from functools import partial
 from typing import TYPE_CHECKING, cast
 
@@ -22,7 +22,7 @@ from events.models import Reason
 from projections.cell import CellState
 from projections.jobs import Job, JobState
 from projections.pooled import PooledUsage
-from projections.reservations import ends_before
+from projections.reservations import ends_before, expected_end
 from projections.tenancy import DEFAULT_PRIORITY
 from projections.validate import request_problem, team_problem
 from services.core.decider import ASK_ALWAYS, Context
@@ -38,7 +38,7 @@ from services.core.placement import (
     shadow_times,
 )
 from services.core.queue import WaitingGangs, least_attained_service, order_key
-from services.core.quiet import compared_until, first_after, first_waiting, is_quiet, remember
+from services.core.quiet import NEVER, compared_until, first_after, first_waiting, is_quiet, remember
 from services.core.quota import quota_fit
 
 if TYPE_CHECKING:
@@ -268,6 +268,9 @@ def admission_cycle(state: CellState, ctx: Context, only: Job | None = None, ref
     reservations = dict(state.reservations)  # holder -> nodes, with the reservations made this cycle
     # Shadow times once per cycle; a reservation made this cycle has none (unknown) until it is folded.
     shadows = shadow_times(state, now) if reservations else {}
+    if refresh and only is None and policy.replan_reservations:
+        for holder in _replanned(state, ctx, reservations, reserved_by, decisions):
+            shadows.pop(holder, None)
     if ctx.policy.preemption.keep_room_for_moves:
         _keep_room_for_movers(state, view, ctx,
                               lambda mover: excluded_nodes(reservations, mover, now, shadows, state.jobs))
@@ -314,7 +317,7 @@ def admission_cycle(state: CellState, ctx: Context, only: Job | None = None, ref
         asks = quiet and policy.quiet_cycles_reserve and job.job_id not in reservations
         if quiet and not holds and (
                 (fewest * job.gpus_per_worker >= quota_blocked.get((job.team, job.gpu_type), job.gpus + 1)
-                 and not (asks and _fits_its_nominal(state, job) and may_reserve(job)))
+                 and not (asks and _drains_for(job, view, state, policy) and may_reserve(job)))
                 or (shortcut and key_ in no_room and fewest >= no_room[key_] and not (asks and may_reserve(job)))):
             order.refused(no_more_room(job))
             continue
@@ -343,7 +346,7 @@ def admission_cycle(state: CellState, ctx: Context, only: Job | None = None, ref
                       f"{job.gpu_type}; {smallest} more {_QUOTA_WHY[fit.limit]}")
             if not policy.backfill:
                 refuse.head_blocked = True  # strict FIFO: a head that its quota stops blocks the queue too
-            elif fit.limit in _POOL_LIMITS and _fits_its_nominal(state, job) and (
+            elif fit.limit in _POOL_LIMITS and _drains_for(job, view, state, policy) and (
                     job.job_id in reservations or reserve(job)):
                 refuse(job, _QUOTA_REASONS[fit.limit], detail, itself=False)
                 continue  # the cohort's pool is used up, which drains like a full cell: the gang holds nodes
@@ -492,7 +495,7 @@ def _reserve(state: CellState, ctx: Context, guard: Guard | None, reservations: 
     is the first of its kind: gangs of equal needs share the reservation of the one that ranks first."""
     if not may_reserve(job):
         return False
-    nodes = reservation_for(state, job, reserved_by)
+    nodes = reservation_for(state, job, reserved_by, ctx.now if ctx.policy.admission.reserve_earliest_free else None)
     if not nodes:
         return False
     reservations[job.job_id] = tuple(nodes)
@@ -625,10 +628,13 @@ def _first_of_kind(state: CellState, job: Job, reservations: dict[str, tuple[str
     return True
 
 
-def _fits_its_nominal(state: CellState, job: Job) -> bool:
-    """The gang alone fits its team's nominal quota: it is owed those GPUs once the work holding them ends,
-    so draining nodes for it pays off. A gang that would have to borrow gets no reservation over others."""
-    return job.min_gpus <= state.tenancy.quota(job.team, job.gpu_type).nominal
+def _drains_for(job: Job, view: CapacityView, state: CellState, policy: AdmissionPolicy) -> bool:
+    """A gang its quota refuses may reserve nodes only if it alone fits its team's nominal quota: it is owed those
+    GPUs once the work holding them ends; a gang that would have to borrow gets no reservation over others. Without
+    `quota_held_reserves_free_nodes`, only while its GPUs are not free in number either: a reservation on nodes
+    already free would only keep other teams' work off them."""
+    return (job.min_gpus <= state.tenancy.quota(job.team, job.gpu_type).nominal
+            and (policy.quota_held_reserves_free_nodes or view.free_gpus(job.gpu_type) < job.min_gpus))
 
 
 def _admit(job: Job, gpus: int, borrowed: int, placement: Placement, backfilled: bool,
@@ -654,10 +660,44 @@ def _quiet(decisions: list[m.Decision], job: Job, reason: Reason, detail: str, c
     """Leaves the job's stated reason as it is."""
 
 
-def reservation_for(state: CellState, job: Job, reserved_by: dict[str, str]) -> list[str]:
+def _replanned(state: CellState, ctx: Context, reservations: dict[str, tuple[str, ...]], reserved_by: dict[str, str],
+               decisions: list[m.Decision]) -> list[str]:
+    """Reservations holding a node out of service (cordoned, failed), planned again on nodes in service where the
+    gang may still drain them (Slurm plans a pending job's start again on each backfill pass); where it finds none,
+    a reservation stays and waits for its node. `reservations` and `reserved_by` take the new plans; the gangs
+    replanned are returned."""
+    policy, now, nodes = ctx.policy.admission, ctx.now, state.cluster.nodes
+    out = []
+    for holder, held in sorted(state.reservations.items()):
+        lost = [name for name in held if name in nodes and not nodes[name].schedulable]
+        job = state.jobs[holder]
+        if not lost or not may_drain(state, job, policy.max_drain_share):
+            continue
+        others = {name: j for name, j in reserved_by.items() if j != holder}
+        plan = reservation_for(state, job, others, now if policy.reserve_earliest_free else None)
+        if not plan:
+            continue
+        for name in held:
+            reserved_by.pop(name, None)
+        reservations[holder] = tuple(plan)
+        reserved_by.update(dict.fromkeys(plan, holder))
+        decisions.append(m.JobQueued(envelope=ctx.envelope(Reason.HOLDS_RESERVATION, holder), job_id=holder,
+                                     team=job.team, reserved_nodes=plan,
+                                     detail=f"nodes drain for this gang: {', '.join(plan)} (planned again: "
+                                            f"{', '.join(lost)} out of service)"))
+        out.append(holder)
+    return out
+
+
+def reservation_for(state: CellState, job: Job, reserved_by: dict[str, str], now: int | None = None) -> list[str]:
     """Nodes to drain for a blocked gang: inside the tightest domain that could hold it when empty,
-    the domain and nodes with the most free GPUs now, so the wait is as short as it can be."""
+    the domain and nodes with the most free GPUs now; with `now` (`reserve_earliest_free`), the nodes, and then the
+    domain, expected free first by their jobs' time limits (a node with a job of no limit last), then those."""
     cluster = state.cluster
+    free_at: dict[str, int] = {}
+    if now is not None:
+        for node in cluster.of_type(job.gpu_type):
+            free_at[node.name] = _expected_free(state, node.holder.values(), now)
     g = job.gpus_per_worker
     nodes = [n for n in cluster.of_type(job.gpu_type) if n.schedulable and n.name not in reserved_by]
     level = cluster.level_index(job.topology_required) if job.topology_required else None
@@ -665,9 +705,9 @@ def reservation_for(state: CellState, job: Job, reserved_by: dict[str, str]) -> 
     groups: dict[str | None, list] = {}
     for node in nodes:
         groups.setdefault(cluster.domain_of(node, level) if level is not None else None, []).append(node)
-    best: tuple[int, str, list[str]] | None = None
+    best: tuple[tuple[int, int], str, list[str]] | None = None
     for domain, members in sorted(groups.items(), key=lambda kv: kv[0] or ""):
-        members = sorted(members, key=lambda n: (-n.free, n.name))
+        members = sorted(members, key=lambda n: (free_at.get(n.name, 0), -n.free, n.name))
         chosen, slots = [], 0
         for node in members:
             if slots >= workers:
@@ -677,7 +717,20 @@ def reservation_for(state: CellState, job: Job, reserved_by: dict[str, str]) -> 
                 slots += node.healthy_gpus // g
         if slots < workers:
             continue
-        busy = sum(n.healthy_gpus - n.free for n in chosen)
-        if best is None or busy < best[0]:
-            best = (busy, domain or "", sorted(n.name for n in chosen))
+        cost = (max(free_at.get(n.name, 0) for n in chosen), sum(n.healthy_gpus - n.free for n in chosen))
+        if best is None or cost < best[0]:
+            best = (cost, domain or "", sorted(n.name for n in chosen))
     return best[2] if best else []
+
+
+def _expected_free(state: CellState, holders: Iterable[str], now: int) -> int:
+    """When the jobs holding a node's GPUs are expected to have ended by their time limits: `now` for none,
+    NEVER when one has no limit."""
+    out = now
+    for job_id in holders:
+        end = expected_end(state.jobs[job_id])
+        if end is None:
+            return NEVER
+        if end > out:
+            out = end
+    return out

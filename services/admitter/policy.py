@@ -44,6 +44,20 @@ class AdmissionPolicy:
     #: gangs the cycle looked at first. (A quiet cycle looks only at gangs whose GPUs are free in number; a bigger
     #: one reserves on the next Tick either way.)
     quiet_cycles_reserve: bool = False
+    #: A reservation drains the nodes expected to free first by the time limits of the jobs on them (Slurm's
+    #: backfill plans a pending job's start so), a node with a job of no limit last, and of the domains that could
+    #: hold the gang the one whose nodes are expected free first; off (gangway-8): the nodes with the most GPUs free
+    #: now, and the domain with the fewest busy.
+    reserve_earliest_free: bool = False
+    #: A gang its quota holds back (its team's nominal fits it, the pool has nothing left) may reserve nodes even while
+    #: its GPUs are free in number (gangway-8): the reservation drains nothing and keeps other teams' work off nodes
+    #: already free, work within their own nominal included; off: only while its GPUs are not free in number (Slurm
+    #: plans no start for a job held by a limit).
+    quota_held_reserves_free_nodes: bool = True
+    #: A reservation that holds a node out of service (cordoned, failed) is planned again on nodes in service on the
+    #: next Tick, where the gang may still drain them (Slurm plans a pending job's start again on each backfill
+    #: pass); off (gangway-8): it waits for its node to come back, however long an operator's cordon lasts.
+    replan_reservations: bool = False
 
     def __post_init__(self) -> None:
         if not 0 <= self.least_attained_service_min_cv <= 100:
