@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 from events import models as m
-from events.arguments import positive_int, within
+from events.arguments import count, positive_int, within
 from events.clock import VirtualClock, epoch_from_env
 from events.command import needs_broker
 from events.load import PRODUCER, Slice, select, submissions, team_events
@@ -26,20 +26,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--trace", type=Path, action="append", required=True, metavar="PATH",
                         help="an ITP or Philly CSV, or a folder of cluster*.csv (repeatable); one team per file")
     parser.add_argument("--speedup", type=within(float, 0), default=1.0, help="event time runs this many times faster (as the clock's)")
-    parser.add_argument("--epoch", type=float, default=epoch_from_env(),
+    parser.add_argument("--epoch", type=within(float, 0, low_included=True), default=epoch_from_env(),
                         help="Unix seconds at which event time equals wall time: the clock's (default $GANGWAY_EPOCH, else now)")
     parser.add_argument("--compress", type=within(float, 0), default=1.0, metavar="K",
                         help="play the slice K times faster than event time: gaps and durations divided by K")
     parser.add_argument("--limit", type=positive_int, default=None, metavar="N", help="at most N jobs")
-    parser.add_argument("--start", type=int, default=None, metavar="S", help="start S seconds into the trace")
-    parser.add_argument("--max-gpus", type=int, default=None, metavar="G", help="leave out jobs of more than G GPUs")
+    parser.add_argument("--start", type=count, default=None, metavar="S", help="start S seconds into the trace")
+    parser.add_argument("--max-gpus", type=positive_int, default=None, metavar="G", help="leave out jobs of more than G GPUs")
     parser.add_argument("--cells", default=",".join(cells_from_env()),
                         help="comma-separated cells in partition order; teams are spread over them")
     parser.add_argument("--gpu-type", default="H100")
-    parser.add_argument("--gpus-per-node", type=int, default=8, help="for the gang shape: bigger jobs use whole nodes")
+    parser.add_argument("--gpus-per-node", type=positive_int, default=8, help="for the gang shape: bigger jobs use whole nodes")
     parser.add_argument("--define-teams", action="store_true",
                         help="first define a cohort, the teams and their quotas (needs --gpus)")
-    parser.add_argument("--gpus", type=int, default=None, help="GPUs per cell shared out as nominal quotas by GPU-hours")
+    parser.add_argument("--gpus", type=positive_int, default=None, help="GPUs per cell shared out as nominal quotas by GPU-hours")
     parser.add_argument("--cohort", default="trace", help="the cohort the teams lend and borrow in")
     parser.add_argument("--bootstrap-servers", default=os.environ.get("KAFKA_BOOTSTRAP_SERVERS", "127.0.0.1:9092"))
 

@@ -152,7 +152,20 @@ def read_log_file(path: str | Path) -> LogFile:
             raise NotALogFile(f"{source}: {error}") from None
         except Exception as error:
             raise NotALogFile(f"{source}: damaged: {error}") from None
+    _whole(source, records, metadata)
     return LogFile(metadata.get("cell", ""), records, metadata)
+
+
+def _whole(source: str, records: list[tuple[int, Event]], metadata: dict[str, str]) -> None:
+    """Refuses a file cut short (or added to) at a block's end, which Avro alone cannot tell: it must hold the
+    records its header counts, up to the last offset it names."""
+    count, last = metadata.get("records", ""), metadata.get("last_offset", "")
+    if count.isdigit() and int(count) != len(records):
+        raise NotALogFile(f"{source}: truncated or altered: it holds {len(records):,} records, its header says "
+                          f"{int(count):,}")
+    if records and last.lstrip("-").isdigit() and records[-1][0] != int(last):
+        raise NotALogFile(f"{source}: truncated or altered: its last record is at offset {records[-1][0]}, its "
+                          f"header says {last}")
 
 
 def _read_blocks(blocks: Iterable[Any]) -> list[tuple[int, Event]]:

@@ -6,6 +6,7 @@ import argparse
 import os
 import sys
 
+from events.arguments import within
 from events.auth import AuthError, admin_client
 from events.broker import cluster_node_ids
 from events.topics import TopicError, cell_partition, cells_from_env, describe_topics, ensure_topics, validate_cells
@@ -18,7 +19,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="comma-separated ordered cell names, cell i = partition i (default $GANGWAY_CELLS or cell-a)")
     parser.add_argument("--replication-factor", type=int, default=None,
                         help="replicas per partition (default: 3 if the cluster has 3+ brokers, else 1)")
-    parser.add_argument("--timeout", type=float, default=30.0, help="seconds to wait for the cluster")
+    parser.add_argument("--timeout", type=within(float, 0), default=30.0, help="seconds to wait for the cluster")
 
 
 def run(args: argparse.Namespace) -> int:

@@ -74,7 +74,7 @@ def read_jobs(paths: Iterable[Path]) -> list[TraceJob]:
             stem = path.stem
             for i, row in enumerate(reader):
                 job = TraceJob(stem, _count(path, i, row, submit), _count(path, i, row, duration),
-                               _count(path, i, row, gpus), i)
+                               _count(path, i, row, gpus, whole=True), i)
                 if job.gpus > 0:
                     rows.append((job.submit_s, stem, i, job))
     rows.sort(key=lambda r: r[:3])
@@ -120,7 +120,7 @@ def trace_rows(path: Path) -> list[TraceRow]:
             stem = csv_path.stem
             for i, row in enumerate(reader):
                 rows.append(TraceRow(stem, i, _count(csv_path, i, row, submit), _count(csv_path, i, row, "duration"),
-                                     _count(csv_path, i, row, "num_gpu")))
+                                     _count(csv_path, i, row, "num_gpu", whole=True)))
     rows.sort(key=lambda r: (r.submit_s, r.cluster, r.row))
     return rows
 
@@ -131,7 +131,7 @@ def read_nodes(path: Path) -> list[TraceNode]:
         reader = csv.DictReader(f)
         if not {"sn", "gpu", "model"} <= set(reader.fieldnames or []):
             raise ValueError(f"{path}: expected columns sn, gpu, model (got {reader.fieldnames})")
-        nodes = [TraceNode(row["sn"], row["model"], _count(path, i, row, "gpu") if row["gpu"] else 0)
+        nodes = [TraceNode(row["sn"], row["model"], _count(path, i, row, "gpu", whole=True) if row["gpu"] else 0)
                  for i, row in enumerate(reader)]
     gpu_nodes = [node for node in nodes if node.gpus > 0 and node.gpu_type]
     if not gpu_nodes:
@@ -149,16 +149,23 @@ def _opened(path: Path) -> Iterator[Iterator[str]]:
             raise ValueError(f"{path}: not text (UTF-8): {error.reason} at byte {error.start}") from None
 
 
-def _count(path: Path, index: int, row: dict[str, str | None], column: str) -> int:
-    """A whole, non-negative number of a trace's row (seconds or GPUs; '12.0' reads as 12). Raises ValueError
-    naming the file, its line and the column."""
+#: Past this a float no longer holds every whole number: a count beyond it is no count a trace could mean.
+_EXACT = 2**53
+
+
+def _count(path: Path, index: int, row: dict[str, str | None], column: str, whole: bool = False) -> int:
+    """A non-negative number of a trace's row, in whole units ('12.0' reads as 12); seconds may have a fraction,
+    which is dropped, `whole` counts (GPUs) may not. Raises ValueError naming the file, its line and the column."""
     text = row.get(column)
     try:
         value = float(text)  # type: ignore[arg-type]
     except (TypeError, ValueError):
         value = math.nan
-    if not math.isfinite(value) or value < 0:
-        raise ValueError(f"{path} line {index + 2}: {column} {text!r} is not a number of at least 0")
+    if not math.isfinite(value) or not 0 <= value < _EXACT:
+        raise ValueError(f"{path} line {index + 2}: {column} {text!r} is not a number of at least 0 "
+                         f"(and below 2**53)")
+    if whole and not value.is_integer():
+        raise ValueError(f"{path} line {index + 2}: {column} {text!r} is not a whole number")
     return int(value)
 
 

@@ -8,6 +8,7 @@ import os
 import sys
 from pathlib import Path
 
+from events.arguments import count
 from events.reader import LogReader
 from events.topics import cells_from_env
 from projections.cell import CellState
@@ -43,7 +44,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     build = sub.add_parser("rebuild", help="fold a cell's log from offset 0 into a fresh RocksDB projection")
     build.add_argument("--cell", default=None, help="default: the first of $GANGWAY_CELLS")
     build.add_argument("--db", type=Path, required=True, help="directory of the projection to write (must be new)")
-    build.add_argument("--to-offset", type=int, default=None, help="stop after this offset (state as of then)")
+    build.add_argument("--to-offset", type=count, default=None, help="stop after this offset (state as of then)")
     build.add_argument("--bootstrap-servers", default=os.environ.get("KAFKA_BOOTSTRAP_SERVERS", "127.0.0.1:9092"))
     compare = sub.add_parser("compare", help="compare two projections row by row; exit 1 when they differ")
     compare.add_argument("left", type=Path)

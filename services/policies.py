@@ -129,11 +129,13 @@ def policy(name: str) -> Policy:
 
 def resolve(name_or_version: str) -> Policy:
     """The policy a name (`gangway`) or a recorded version (`gangway-1`, `fifo-1+admission.backfill=true`) stands
-    for: a catalogue version, optionally followed by the knobs that differ from it."""
+    for: a catalogue name or version, optionally followed by the knobs that differ from it (`gangway+...` is
+    today's `gangway` so; its version names the catalogue version, so it resolves back)."""
     if name_or_version in CATALOGUE:
         return CATALOGUE[name_or_version]
     base_version, *knobs = name_or_version.split("+")
-    base = next((p for p in [*CATALOGUE.values(), *EARLIER.values()] if p.version == base_version), None)
+    base = CATALOGUE.get(base_version) or next(
+        (p for p in [*CATALOGUE.values(), *EARLIER.values()] if p.version == base_version), None)
     if base is None:
         known = ", ".join(f"{name} ({p.version})" for name, p in CATALOGUE.items())
         raise UnknownPolicy(f"unknown policy {name_or_version!r}; known: {known}, each optionally with "

@@ -46,7 +46,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "takes over what a stopped one read (default: the unnamed intake)")
     parser.add_argument("--tick-interval", type=within(float, 0), default=1.0, help="clock: seconds between ticks")
     parser.add_argument("--speedup", type=within(float, 0), default=1.0, help="clock: event time runs this many times faster")
-    parser.add_argument("--epoch", type=float, default=epoch_from_env(),
+    parser.add_argument("--epoch", type=within(float, 0, low_included=True), default=epoch_from_env(),
                         help="clock: Unix seconds at which event time equals wall time (default $GANGWAY_EPOCH, else "
                              "now); give the fleet and load the same value when --speedup is not 1")
     parser.add_argument("-v", "--verbose", action="store_true")

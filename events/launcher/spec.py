@@ -15,10 +15,13 @@ from typing import Annotated, Any, Literal
 import yaml
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
 
+from events import yamlfile
 from events.durations import parse_duration
 
 NAME_PATTERN = r"^[A-Za-z0-9]([A-Za-z0-9._-]{0,126}[A-Za-z0-9])?$"
-_NAME = re.compile(NAME_PATTERN)
+NAME = re.compile(NAME_PATTERN)
+#: What a name may be, said in words.
+NAME_RULE = "letters, digits, '.', '_', '-' (at most 128), beginning and ending with a letter or digit"
 Name = Annotated[str, Field(pattern=NAME_PATTERN, description="letters, digits, '.', '_', '-' (at most 128)")]
 Duration = Annotated[int, BeforeValidator(parse_duration), Field(gt=0)]
 
@@ -32,7 +35,7 @@ class SpecError(ValueError):
 
 
 class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)  # `workers: true` is no 1, `"2"` no 2
 
 
 class Metadata(Strict):
@@ -93,21 +96,36 @@ class Job(Named):
         return self
 
 
+#: More GPUs than any cell holds: a quota beyond it is a mistake (and past what the log's numbers hold).
+MOST_GPUS = 1_000_000_000
+
+
 class Quota(Strict):
-    nominal: int = Field(ge=0)
-    borrowing_limit: int | None = Field(default=None, ge=0, description="null: may borrow without limit")
-    lending_limit: int | None = Field(default=None, ge=0, description="null: may lend all of its nominal")
+    nominal: int = Field(ge=0, le=MOST_GPUS)
+    borrowing_limit: int | None = Field(default=None, ge=0, le=MOST_GPUS, description="null: may borrow without limit")
+    lending_limit: int | None = Field(default=None, ge=0, le=MOST_GPUS, description="null: may lend all of its nominal")
+
+    @model_validator(mode="after")
+    def _lends_at_most_its_nominal(self) -> Quota:
+        if self.lending_limit is not None and self.lending_limit > self.nominal:
+            raise _field_error("lending_limit", f"must be ≤ nominal ({self.nominal}): a team lends only its own")
+        return self
 
 
 def _quota(value: Any) -> Any:
-    return {"nominal": value} if isinstance(value, int) and not isinstance(value, bool) else value
+    if isinstance(value, int) and not isinstance(value, bool):
+        return {"nominal": value}
+    if isinstance(value, dict):
+        return value
+    raise ValueError("a whole number of GPUs (the nominal) or {nominal, borrowing_limit, lending_limit}")
 
 
 class BorrowWithinCohort(Strict):
     """Kueue's borrowWithinCohort: whom a gang that must borrow may evict in the cohort's borrowing teams."""
 
     policy: Literal["Never", "LowerPriority"] = "LowerPriority"
-    max_priority_threshold: int | None = Field(default=None, description="only victims of at most this priority")
+    max_priority_threshold: int | None = Field(default=None, ge=-1_000_000_000, le=1_000_000_000,
+                                               description="only victims of at most this priority")
 
 
 def _borrow_shorthand(value: Any) -> Any:
@@ -133,7 +151,8 @@ class TeamPreemption(Strict):
 
 class TeamBody(Strict):
     cohort: Name | None = None
-    weight: float = Field(default=1.0, gt=0, le=1_000, description="fair-sharing weight")
+    weight: float = Field(default=1.0, ge=0.001, le=1_000, allow_inf_nan=False,
+                          description="fair-sharing weight, in thousandths (0.001 to 1000)")
     quotas: dict[Name, Annotated[Quota, BeforeValidator(_quota)]] = Field(
         default_factory=dict,
         description="per GPU type: a number (the nominal) or {nominal, borrowing_limit, lending_limit}")
@@ -229,7 +248,7 @@ def load_documents(path: str | Path, team: str | None = None) -> list[Document]:
     """Every document of a YAML file (several separated by `---`); a `SpecError` lists all problems found."""
     path = Path(path)
     try:
-        loaded = [doc for doc in yaml.safe_load_all(path.read_text()) if doc is not None]
+        loaded = [doc for doc in yamlfile.load_all(path.read_text()) if doc is not None]
     except OSError as error:
         raise SpecError([f"{path}: cannot read: {error.strerror}"]) from None
     except UnicodeDecodeError as error:
@@ -263,4 +282,4 @@ def with_paths_from(job: Job, base: Path) -> Job:
 
 
 def valid_name(name: str) -> bool:
-    return bool(_NAME.match(name))
+    return bool(NAME.match(name))

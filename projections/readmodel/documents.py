@@ -185,6 +185,11 @@ def tenancy_document(state: CellState) -> dict[str, Any]:
     return {"teams": teams, "cohorts": cohort_tree(state)}
 
 
+#: Cohorts nest at most this deep in the tree (`gangway apply` refuses deeper ones); a cohort deeper in a chain
+#: the log holds, or in a cycle of parents, is listed from the top of the tree instead of left out.
+MOST_COHORT_DEPTH = 16
+
+
 def cohort_tree(state: CellState) -> list[dict[str, Any]]:
     """Cohorts nested under their parents, teams under their cohorts; roots first, names sorted."""
     t = state.tenancy
@@ -195,10 +200,20 @@ def cohort_tree(state: CellState) -> list[dict[str, Any]]:
     for name, team in sorted(t.teams.items()):
         members.setdefault(team.cohort, []).append(name)
 
+    reached: set[str] = set()
+
     def cohort(name: str, seen: frozenset[str]) -> dict[str, Any]:
-        nested = [cohort(c, seen | {c}) for c in children.get(name, []) if c not in seen]  # a cycle stops
+        reached.add(name)
+        nested = [cohort(c, seen | {c}) for c in children.get(name, [])  # a cycle stops, and so does a deep chain
+                  if c not in seen and c not in reached and len(seen) < MOST_COHORT_DEPTH]
         return {"name": name, "kind": "cohort",
                 "children": nested + [{"name": team, "kind": "team", "children": []} for team in members.get(name, [])]}
 
     roots = [cohort(name, frozenset({name})) for name in children.get(None, [])]
+    # Deeper than the tree nests (where the chain was cut first), or in a cycle of parents: listed from the top.
+    pending = sorted(set(t.cohort_parent) - reached)
+    while pending:
+        start = next((c for c in pending if t.cohort_parent.get(c) in reached), pending[0])
+        roots.append(cohort(start, frozenset({start})))
+        pending = [c for c in pending if c not in reached]
     return roots + [{"name": team, "kind": "team", "children": []} for team in members.get(None, [])]

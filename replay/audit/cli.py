@@ -9,6 +9,7 @@ import json
 from dataclasses import asdict
 from typing import TYPE_CHECKING
 
+from events.arguments import positive_int
 from events.command import Command, answered
 from replay.audit import snapshot
 from replay.audit.text import clock, table
@@ -126,7 +127,7 @@ def _whatif_arguments(parser: argparse.ArgumentParser) -> None:
                         help="run P from here on (default: from the start of the log); before it, the log as recorded")
     parser.add_argument("--to", dest="end", type=position, metavar="OFFSET|TIME",
                         help="the last input re-driven and the end of the comparison (default: the log's end)")
-    parser.add_argument("--movers", type=int, default=10, metavar="N", help="how many most-moved jobs to list")
+    parser.add_argument("--movers", type=positive_int, default=10, metavar="N", help="how many most-moved jobs to list")
     parser.add_argument("-o", "--output", choices=("table", "json"), default="table")
     add_source_arguments(parser)
 

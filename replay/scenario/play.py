@@ -12,6 +12,7 @@ import yaml
 from pydantic import ValidationError
 
 from events import models as m
+from events import yamlfile
 from replay.runner import Observer, VirtualCell
 from replay.scenario.expect import Result, check
 from replay.scenario.inputs import apply
@@ -27,14 +28,16 @@ class ScenarioError(ValueError):
 def load(path: str | Path) -> Scenario:
     source = str(path)
     try:
-        data = yaml.safe_load(Path(path).read_text())
+        data = yamlfile.load(Path(path).read_text())
     except OSError as error:
         raise ScenarioError(f"{source}: cannot read: {error.strerror or error}") from error
     except UnicodeDecodeError as error:
         raise ScenarioError(f"{source}: not text (UTF-8): byte {error.start} is {error.object[error.start]:#04x}") \
             from None
     except yaml.YAMLError as error:
-        raise ScenarioError(f"{source}: not valid YAML: {error}") from error
+        mark = getattr(error, "problem_mark", None)
+        at = f" (line {mark.line + 1})" if mark is not None else ""
+        raise ScenarioError(f"{source}: not valid YAML{at}: {getattr(error, 'problem', error)}") from None
     return parse(data, source)
 
 

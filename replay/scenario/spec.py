@@ -10,13 +10,13 @@ from __future__ import annotations
 from typing import Annotated, Any, Literal
 
 from pydantic import (
+    AfterValidator,
     BaseModel,
     BeforeValidator,
     ConfigDict,
     Discriminator,
     Field,
     NonNegativeInt,
-    PositiveFloat,
     PositiveInt,
     Tag,
     field_validator,
@@ -29,6 +29,15 @@ from projections.jobs import JobState
 from services.policies import GANGWAY, overridden
 
 Duration = Annotated[NonNegativeInt, BeforeValidator(parse_duration)]
+#: A scenario is a cell of hand-made size played for a while: bounds well past any such, short of exhausting memory.
+MOST_NODES = 100_000
+LONGEST_MS = 366 * 86_400_000  # a year
+
+
+def _within_a_year(ms: int) -> int:
+    if ms > LONGEST_MS:
+        raise ValueError(f"{format_duration(ms)} is longer than a scenario may run ({format_duration(LONGEST_MS)})")
+    return ms
 
 
 class Spec(BaseModel):
@@ -49,8 +58,8 @@ class NodeSpec(Spec):
 
 
 class Generate(Spec):
-    count: PositiveInt
-    gpus: PositiveInt
+    count: int = Field(ge=1, le=MOST_NODES)
+    gpus: int = Field(ge=1, le=1_024)
     gpu_type: str
     nodes_per_rack: PositiveInt = 4
     racks_per_block: PositiveInt = 2
@@ -101,7 +110,7 @@ class PreemptionSpec(Spec):
 class TeamSpec(Spec):
     name: str
     cohort: str | None = None
-    weight: PositiveFloat = 1.0
+    weight: float = Field(default=1.0, ge=0.001, le=1_000, allow_inf_nan=False)  # kept in thousandths
     quota: dict[str, Annotated[QuotaSpec, BeforeValidator(_nominal_shorthand)]] = {}
     preemption: PreemptionSpec = PreemptionSpec()
 
@@ -289,7 +298,7 @@ class Scenario(Spec):
     policy: dict[str, Any] = {}
     agents: AgentSpec = AgentSpec()
     tick: Annotated[PositiveInt, BeforeValidator(parse_duration)] = 10_000
-    until: Duration
+    until: Annotated[NonNegativeInt, BeforeValidator(parse_duration), AfterValidator(_within_a_year)]
     inputs: list[Input] = []
     expect: list[Expect] = []
 

@@ -16,6 +16,8 @@ UNIFORM_GPU_TYPE = "gpu"
 COHORT = "all"
 DAY_MS = 86_400_000
 HOUR_MS = 3_600_000
+#: Ten times the 100,000-GPU cell the core is benchmarked on: a bigger one is a mistake, not a cell to build.
+MOST_GPUS = 1_000_000
 #: Hardware Xid codes drawn for a GPU failure: a double-bit ECC error retires the GPU, a GPU that
 #: fell off the bus cordons its node (services/recovery/xid.py).
 FAILURE_XIDS = (48, 79)
@@ -184,13 +186,16 @@ def resolve_gpus(gpus: int | str | None, rows: Sequence[TraceJob]) -> int:
             factor = float(gpus[:-1])
             if not 0 < factor < 1e6:
                 raise ValueError
-            return max(1, round(factor * average_demand(rows)))
-        count = int(gpus)
+            count = max(1, round(factor * average_demand(rows)))
+        else:
+            count = int(gpus)
     except ValueError:
         raise ValueError(f"--gpus {gpus}: give a number of GPUs (more than 0) or a factor of the average demand "
                          f"such as 1.2x") from None
     if count < 1:
         raise ValueError(f"--gpus {gpus}: a cell needs at least one GPU")
+    if count > MOST_GPUS:
+        raise ValueError(f"--gpus {gpus}: {count:,} GPUs, more than the {MOST_GPUS:,} a simulated cell may hold")
     return count
 
 

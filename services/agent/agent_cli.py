@@ -60,7 +60,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--bootstrap-servers", default=os.environ.get("KAFKA_BOOTSTRAP_SERVERS", "127.0.0.1:9092"))
     parser.add_argument("--speedup", type=within(float, 0), default=speedup_from_env(),
                         help="event time runs this many times faster, as the clock's (default $GANGWAY_SPEEDUP or 1)")
-    parser.add_argument("--epoch", type=float, default=epoch_from_env(),
+    parser.add_argument("--epoch", type=within(float, 0, low_included=True), default=epoch_from_env(),
                         help="Unix seconds at which event time equals wall time (default $GANGWAY_EPOCH, else now)")
     parser.add_argument("-v", "--verbose", action="store_true")
 

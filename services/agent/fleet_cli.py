@@ -41,7 +41,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="comma-separated cells in partition order; each gets --nodes nodes")
     parser.add_argument("--bootstrap-servers", default=os.environ.get("KAFKA_BOOTSTRAP_SERVERS", "127.0.0.1:9092"))
     parser.add_argument("--speedup", type=within(float, 0), default=1.0, help="event time runs this many times faster (as the clock's)")
-    parser.add_argument("--epoch", type=float, default=epoch_from_env(),
+    parser.add_argument("--epoch", type=within(float, 0, low_included=True), default=epoch_from_env(),
                         help="Unix seconds at which event time equals wall time: the clock's (default $GANGWAY_EPOCH, else now)")
     parser.add_argument("--heartbeat-every", type=parse_duration, default=5_000, metavar="DURATION")
     parser.add_argument("--start-delay", type=parse_duration, default=1_000, metavar="DURATION",

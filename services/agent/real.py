@@ -22,6 +22,7 @@ twice. See docs/launcher.md for the checkpoint protocol.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import signal
@@ -32,6 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from events import models as m
+from events.launcher.spec import NAME
 from projections.jobs import JobState
 from projections.read_model import ReadModel
 from services.agent.gpu_health import GpuHealth
@@ -222,7 +224,7 @@ class NodeAgent:
         job_id, attempt, index = key
         job = self.model.state.jobs[job_id]
         spec = self.model.submissions.get(job_id)
-        directory = self.config.work_dir / "jobs" / job_id / f"a{attempt}" / f"w{index}"
+        directory = self._worker_dir(key)
         directory.mkdir(parents=True, exist_ok=True)
         for stale in ("exit", "exit.tmp", "pid"):
             (directory / stale).unlink(missing_ok=True)
@@ -257,9 +259,17 @@ class NodeAgent:
         restored = job.checkpoint.progress_ms if job.checkpoint else 0
         w = Worker(job_id, attempt, index, directory, popen.pid, _start_ticks(popen.pid), now, restored, rank, popen)
         (directory / "pid").write_text(json.dumps({"pid": w.pid, "start": w.started_ticks, "rank": rank,
-                                                   "launched_at": now, "restored_ms": restored}))
+                                                   "launched_at": now, "restored_ms": restored, "job_id": job_id}))
         self.workers[key] = w
         self._started(key, now)
+
+    def _worker_dir(self, key: tuple[str, int, int]) -> Path:
+        """A worker's directory under the work directory: `jobs/<job id>/a<attempt>/w<worker>`. A job id that is not
+        one plain name (letters, digits, '.', '_', '-': the launcher writes no other, a foreign writer might) is
+        named by its digest instead, so that no id reaches outside the work directory."""
+        job_id, attempt, index = key
+        name = job_id if NAME.fullmatch(job_id) else "id-" + hashlib.sha256(job_id.encode()).hexdigest()[:32]
+        return self.config.work_dir / "jobs" / name / f"a{attempt}" / f"w{index}"
 
     def _master_port(self, job_id: str, attempt: int) -> int:
         """The same on every node of the gang, and another for each attempt (a port left in use fails one attempt)."""
@@ -273,7 +283,7 @@ class NodeAgent:
 
     def _report_lost(self, key: tuple[str, int, int], now: int) -> None:
         job_id, attempt, index = key
-        directory = self.config.work_dir / "jobs" / job_id / f"a{attempt}" / f"w{index}"
+        directory = self._worker_dir(key)
         self.workers[key] = w = Worker(job_id, attempt, index, directory, 0, "", now)
         code = _read_exit(directory)
         self._exit(w, EXIT_LOST if code is None else code, now)
@@ -284,10 +294,11 @@ class NodeAgent:
         reported = {(j, a, w) for j, runs in self.model.attempts.items() for a, run in runs.items() for w in run.exits}
         for pid_file in sorted(root.glob("*/a*/w*/pid")) if root.exists() else []:
             directory = pid_file.parent
-            key = (directory.parent.parent.name, int(directory.parent.name[1:]), int(directory.name[1:]))
+            info = json.loads(pid_file.read_text())
+            key = (info.get("job_id", directory.parent.parent.name), int(directory.parent.name[1:]),
+                   int(directory.name[1:]))
             if key in reported:
                 continue
-            info = json.loads(pid_file.read_text())
             w = Worker(*key, directory, info["pid"], info["start"], info.get("launched_at", now),
                        info.get("restored_ms", 0), info.get("rank", 0))
             w.report_offset = _size(directory / "checkpoints.jsonl")  # checkpoints reported before are old news

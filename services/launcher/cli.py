@@ -11,6 +11,7 @@ from confluent_kafka import KafkaException
 from rich.live import Live
 from rich.spinner import Spinner
 
+from events.arguments import within
 from events.auth import AuthError
 from events.broker import unreachable
 from events.command import Command, guarded
@@ -60,7 +61,8 @@ def _submit_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--request-id", default=None,
                         help="derive the job id from this request id, so retrying the same request is one job")
     parser.add_argument("--wait", action="store_true", help="follow the job until it ends; exit 1 unless it succeeds")
-    parser.add_argument("--timeout", type=float, default=None, help="with --wait: give up after this many seconds")
+    parser.add_argument("--timeout", type=within(float, 0), default=None,
+                        help="with --wait: give up after this many seconds")
     _common(parser)
 
 

@@ -15,6 +15,7 @@ fields that differ. The admitter judges the same way when two clients race (serv
 from __future__ import annotations
 
 import hashlib
+import math
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field
@@ -30,7 +31,17 @@ from events.launcher.requests import (
     differences,
     submission,
 )
-from events.launcher.spec import Document, Job, SpecError, load_documents, parse_document, with_paths_from
+from events.launcher.spec import (
+    NAME,
+    NAME_RULE,
+    Cohort,
+    Document,
+    Job,
+    SpecError,
+    load_documents,
+    parse_document,
+    with_paths_from,
+)
 from events.log import InputWriter
 from events.reader import LogReader, default_bootstrap
 from events.topics import TopicNames, cells_from_env, topic_names, topic_prefix
@@ -38,8 +49,9 @@ from events.tracing import Tracer
 from projections.cluster import NODE_LEVEL
 from projections.jobs import ENDED, JobState
 from projections.read_model import Attempt, ReadModel
+from projections.readmodel.documents import MOST_COHORT_DEPTH
 from projections.usage import NodeStatus, TeamUsage, node_status, team_usage
-from projections.validate import refusal, request_problem
+from projections.validate import MAX_DETAIL_LENGTH, refusal, request_problem
 from services.core.forecast import Estimate, forecast
 from services.policies import UnknownPolicy, resolve
 from services.policy import DEFAULT_POLICY
@@ -164,6 +176,8 @@ class Client:
              on_change: Callable[[JobStatus], None] | None = None) -> JobStatus:
         """Follows the log until the job is `ended` (default), `running`, `placed`, or `until(status)` holds.
         Raises TimeoutError after `timeout` seconds; `on_change` sees each new state."""
+        if timeout is not None and not (math.isfinite(timeout) and timeout > 0):
+            raise ValueError(f"timeout must be a positive, finite number of seconds, not {timeout!r}")
         done = UNTIL[until] if isinstance(until, str) else until
         deadline = None if timeout is None else time.monotonic() + timeout
         status = self._appeared(job_id, SUBMISSION_VISIBLE_S if timeout is None else min(timeout, SUBMISSION_VISIBLE_S))
@@ -210,15 +224,14 @@ class Client:
         """Submits jobs in one transaction, all or none. A job's id is `job_id`, else derived from
         `request_id` (the name plus a digest of it), else its name. A job already submitted with the
         same spec is not written again; any problem (a bad document, an unknown team or priority class,
-        a spec for another cell, an id taken by another spec) raises `LauncherError` and writes nothing."""
+        a spec for another cell, an id taken by another spec, an id that is not a name) raises `LauncherError`
+        and writes nothing."""
         jobs = [with_paths_from(job, Path.cwd()) for spec in specs for job in self._jobs(spec, team)]
-        if (job_id or request_id) and len(jobs) != 1:
-            raise LauncherError("a job id or request id names exactly one job")
+        chosen_ids = job_ids(jobs, job_id, request_id)
         self.refresh()
         at = self.clock.now_ms()
         ids, events, problems = [], [], []
-        for job in jobs:
-            chosen = job_id or (_derived_id(job.name, request_id) if request_id else job.name)
+        for job, chosen in zip(jobs, chosen_ids):
             event = submission(job, chosen, self.cell, at, self.producer_name)
             problem = self._refusal(job, event) or (f"job id {chosen} appears twice in this request"
                                                     if chosen in ids else None)
@@ -266,6 +279,8 @@ class Client:
         cohorts = {d.name for d in docs if d.kind == "Cohort"} | set(self.model.state.tenancy.cohort_parent)
         problems = [f"team {d.name}: cohort {d.spec.cohort!r} is not defined (apply a kind: Cohort)"
                     for d in docs if d.kind == "Team" and d.spec.cohort not in (None, *cohorts)]
+        problems += cohort_chain_problems(self.model.state.tenancy.cohort_parent,
+                                           {d.name: d.spec.parent for d in docs if isinstance(d, Cohort)})
         if problems:
             raise LauncherError("\n".join(problems))
         outcome, events = [], []
@@ -279,6 +294,8 @@ class Client:
         return outcome
 
     def cordon(self, node: str, cordon: bool = True, detail: str = "") -> None:
+        if len(detail) > MAX_DETAIL_LENGTH:
+            raise LauncherError(f"the reason is {len(detail):,} characters; at most {MAX_DETAIL_LENGTH:,}")
         self.refresh()
         if node not in self.model.state.cluster.nodes:
             raise LauncherError(f"no node {node!r} in cell {self.cell}")
@@ -421,6 +438,41 @@ def _attempt(a: Attempt) -> dict:
         {"worker": w, "node": n, "gpus": list(g), "started_at": a.started.get(w), "exit_code": a.exits.get(w)}
         for w, n, g in a.assignments], "resumed_from_step": a.resumed_from_step, "outcome": a.outcome or "running",
         "ended_at": a.ended_at}
+
+
+def cohort_chain_problems(known: dict[str, str | None], applied: dict[str, str | None]) -> list[str]:
+    """Cohorts applied whose chain of parents comes back to itself, or is deeper than the cohort tree nests."""
+    parents = {**known, **applied}
+    problems = []
+    for name in sorted(applied):
+        chain, at = [name], parents.get(name)
+        while at is not None and at not in chain and len(chain) <= MOST_COHORT_DEPTH:
+            chain.append(at)
+            at = parents.get(at)
+        if at is not None and at in chain:
+            problems.append(f"cohort {name}: its parents come back to it ({' -> '.join([*chain, at])})")
+        elif len(chain) > MOST_COHORT_DEPTH:
+            problems.append(f"cohort {name}: more than {MOST_COHORT_DEPTH} cohorts deep")
+    return problems
+
+
+def job_ids(jobs: Sequence[Job], job_id: str | None, request_id: str | None) -> list[str]:
+    """Each job's id: `job_id`, else derived from `request_id` (the name plus a digest of it), else its name. An id
+    names directories on the nodes and paths of the query API, so it must be a name; else `LauncherError`."""
+    if (job_id is not None or request_id) and len(jobs) != 1:
+        raise LauncherError("a job id or request id names exactly one job")
+    ids = [job_id if job_id is not None else (_derived_id(job.name, request_id) if request_id else job.name)
+           for job in jobs]
+    bad = [f"{job.name}: job id {_shown(chosen)} is not a name: {NAME_RULE}"
+           for job, chosen in zip(jobs, ids) if not NAME.fullmatch(chosen)]
+    if bad:
+        raise LauncherError("\n".join(bad))
+    return ids
+
+
+def _shown(text: str, most: int = 40) -> str:
+    """`text` quoted for an error message, cut short: a hostile value may be any length and hold any character."""
+    return repr(text if len(text) <= most else text[:most] + "...")
 
 
 def _derived_id(name: str, request_id: str) -> str:

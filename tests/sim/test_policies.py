@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from services.policies import CATALOGUE, policy, resolve
+from services.policies import CATALOGUE, UnknownPolicy, policy, resolve
 from services.policy import Policy
 from tests.sim.conftest import H, queue_s, run, write_trace
 
@@ -232,3 +232,14 @@ def test_gangway_consolidates_and_packs_racks_and_earlier_versions_still_resolve
     earlier = resolve("gangway-3")
     assert not earlier.placement.pack_domains and not earlier.preemption.prefer_one_rack
     assert earlier.recovery == gangway.recovery and earlier.admission == six.admission
+
+
+def test_a_catalogue_name_takes_knobs_as_its_version_does_and_resolves_back():
+    named = resolve("gangway+admission.backfill=false")
+    assert named == resolve("gangway-8+admission.backfill=false")
+    assert named.version == "gangway-8+admission.backfill=false" and resolve(named.version) == named
+    assert resolve('kueue-like+preemption.min_runtime="5m"').preemption.min_runtime_ms == 300_000
+    with pytest.raises(UnknownPolicy, match="unknown knob policy.admission.foo"):
+        resolve("gangway+admission.foo=1")
+    with pytest.raises(UnknownPolicy, match="unknown policy 'gangwa"):
+        resolve("gangwa+admission.backfill=false")

@@ -48,6 +48,14 @@ SIM = ["sim", "--trace", "t.csv", "--gpus", "8"]
     (["demo", "--node-failure-at", "-1"], "argument --node-failure-at: -1 is not at least 0"),
     (["fleet", "--nodes", "-1"], "argument --nodes: -1 is not at least 1"),
     (["run", "all", "--tick-interval", "0"], "argument --tick-interval: 0 is not more than 0"),
+    (["submit", "j.yaml", "--wait", "--timeout", "nan"], "argument --timeout: nan is not a finite number"),  # hung
+    (["submit", "j.yaml", "--wait", "--timeout", "-1"], "argument --timeout: -1 is not more than 0"),
+    (["topics", "--timeout", "inf"], "argument --timeout: inf is not a finite number"),
+    (["run", "all", "--epoch", "nan"], "argument --epoch: nan is not a finite number"),
+    (["agent", "--node", "n1", "--epoch", "-5"], "argument --epoch: -5 is not at least 0"),
+    (["load", "--max-gpus", "0"], "argument --max-gpus: 0 is not more than 0"),
+    (["load", "--start", "-1"], "argument --start: -1 is not at least 0"),
+    (["projection", "rebuild", "--to-offset", "-1"], "argument --to-offset: -1 is not at least 0"),
 ])
 def test_numbers_a_command_cannot_run_with_are_refused_in_one_line(argv, complaint, capsys):
     with pytest.raises(SystemExit) as exit_:
@@ -56,6 +64,7 @@ def test_numbers_a_command_cannot_run_with_are_refused_in_one_line(argv, complai
 
 
 @pytest.mark.parametrize("gpus, complaint", [("0", "a cell needs at least one GPU"), ("-3", "at least one GPU"),
+                                             ("99999999999999999999", "more than the 1,000,000 a simulated cell"),
                                              ("infx", "a factor of the average demand"), ("0x", "such as 1.2x"),
                                              ("many", "give a number of GPUs")])
 def test_a_cell_size_that_is_no_size_is_refused(gpus, complaint):
@@ -125,6 +134,40 @@ def test_a_file_that_is_not_text_is_refused_with_the_byte(tmp_path, capsys):
         load_documents(binary)
 
 
+def test_a_key_given_twice_is_refused_not_the_last_taken(tmp_path, capsys):
+    """PyYAML lets the last of a repeated key win: a job submitted under its second name, a quota's second value."""
+    job = tmp_path / "job.yaml"
+    job.write_text("kind: Job\nmetadata: {name: first, team: nlp}\nmetadata: {name: second, team: nlp}\n"
+                   "spec: {workers: 1, gpus_per_worker: 1, gpu_type: H100, command: [x]}\n")
+    with pytest.raises(SpecError, match="line 3.*the key 'metadata' appears twice"):
+        load_documents(job)
+    team = tmp_path / "team.yaml"
+    team.write_text("kind: Team\nmetadata: {name: nlp}\nspec:\n  quotas: {H100: 16, H100: 2}\n")
+    with pytest.raises(SpecError, match="the key 'H100' appears twice"):
+        load_documents(team)
+    scenario = tmp_path / "s.yaml"
+    scenario.write_text(SCENARIO.read_text().replace("name: demo", "name: demo\nname: other", 1))
+    code, line = refused(capsys, "scenario", "run", str(scenario))
+    assert code == 2 and "the key 'name' appears twice" in line
+    merged = tmp_path / "merged.yaml"  # a merge key's keys may be given again: that is what it is for
+    merged.write_text("kind: Team\nmetadata:\n  <<: {name: nlp}\n  name: cv\n")
+    assert [d.name for d in load_documents(merged)] == ["cv"]
+
+
+@pytest.mark.parametrize("old, new, complaint", [
+    ("- {name: nlp, ", "- {name: nlp, weight: .inf, ", "teams[0].weight: Input should be a finite number"),  # traceback
+    ("count: 8,", "count: 100000000,", "generate.count: Input should be less than or equal to 100000"),  # 2 GB and on
+    ("until: 20m", "until: 100000000d", "until: 2400000000h is longer than a scenario may run (8784h)"),  # 1 GB and on
+])
+def test_a_scenario_too_big_to_play_or_with_no_number_is_refused(old, new, complaint, tmp_path, capsys):
+    source = (SCENARIO.parent / "lending_limit_lowered_keeps_the_guaranteed_part.yaml").read_text()
+    assert old in source
+    scenario = tmp_path / "s.yaml"
+    scenario.write_text(source.replace(old, new, 1))
+    code, line = refused(capsys, "scenario", "run", str(scenario))
+    assert code == 2 and complaint in line
+
+
 @pytest.mark.parametrize("version, complaint", [
     ("gangway-3+recovery.heartbeat_timeout_ms=-5", "heartbeat_timeout_ms must not be negative"),
     ("gangway-3+recovery.heartbeat_timeout_ms=true", "heartbeat_timeout_ms must be a duration, not true"),
@@ -143,6 +186,9 @@ def test_policy_knobs_out_of_range_are_refused(version, complaint):
     ("job_id,submission_time,duration,num_gpu\nx,abc,10,1\n", "line 2: submission_time 'abc' is not a number"),
     ("job_id,submission_time,duration,num_gpu\nx,0,nan,1\n", "line 2: duration 'nan' is not a number"),
     ("job_id,submission_time,duration,num_gpu\nx,0,10,1\ny,5,10,-4\n", "line 3: num_gpu '-4' is not a number"),
+    ("job_id,submission_time,duration,num_gpu\nx,0,10,1.5\n", "line 2: num_gpu '1.5' is not a whole number"),
+    ("job_id,submission_time,duration,num_gpu\nx,0,10,0.5\n", "line 2: num_gpu '0.5' is not a whole number"),
+    ("job_id,submission_time,duration,num_gpu\nx,0,10,1e30\n", "line 2: num_gpu '1e30' is not a number of at least 0"),
 ])
 def test_a_trace_row_that_is_no_job_is_refused_with_its_file_and_line(content, complaint, tmp_path):
     trace = tmp_path / "t.csv"

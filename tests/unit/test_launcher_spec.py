@@ -11,6 +11,11 @@ import pytest
 from events import models as m
 from events.launcher.requests import definition_events, differences, submission
 from events.launcher.spec import Job, SpecError, load_documents, parse_document, with_paths_from
+from projections.cell import CellState
+from projections.evolve import evolve
+from projections.readmodel.documents import MOST_COHORT_DEPTH, cohort_tree
+from services.launcher.client import LauncherError, cohort_chain_problems, job_ids
+from tests.builders import env
 
 ROOT = Path(__file__).resolve().parents[2]
 JOB = {"kind": "Job", "metadata": {"name": "train", "team": "vision", "labels": {"project": "x"}},
@@ -44,6 +49,8 @@ BAD_JOBS = [
     ("metadata.owner", "me", "metadata.owner: unknown field"),
     ("spec.workers", 0, "spec.workers: must be ≥ 1"),
     ("spec.workers", "two", "spec.workers: input should be a valid integer"),
+    ("spec.workers", True, "spec.workers: input should be a valid integer"),  # it was 1 worker
+    ("spec.workers", "2", "spec.workers: input should be a valid integer"),  # it was 2
     ("spec.workers", DELETE, "spec.workers: required"),
     ("spec.gpus_per_worker", 0, "spec.gpus_per_worker: must be ≥ 1"),
     ("spec.gpus_per_worker", 2048, "spec.gpus_per_worker: must be ≤ 1024"),
@@ -78,7 +85,15 @@ def test_a_bad_job_field_is_named(path, value, message):
 
 BAD_DEFINITIONS = [
     (TEAM, "spec.cohort", "a b", "spec.cohort: 'a b' is not a valid name"),
-    (TEAM, "spec.weight", 0, "spec.weight: must be > 0"),
+    (TEAM, "spec.weight", 0, "spec.weight: must be ≥ 0.001"),
+    (TEAM, "spec.weight", 0.0000001, "spec.weight: must be ≥ 0.001"),  # it became 0 thousandths
+    (TEAM, "spec.weight", float("nan"), "spec.weight: input should be a finite number"),
+    (TEAM, "spec.weight", "2", "spec.weight: input should be a valid number"),
+    (TEAM, "spec.quotas", {"H100": 10**30}, "spec.quotas.H100.nominal: must be ≤ 1000000000"),  # a traceback
+    (TEAM, "spec.quotas", {"H100": 1.5}, "spec.quotas.H100: a whole number of GPUs (the nominal) or {nominal"),
+    (TEAM, "spec.quotas", {"H100": True}, "spec.quotas.H100: a whole number of GPUs"),
+    (TEAM, "spec.quotas", {"H100": {"nominal": 4, "lending_limit": 100}},
+     "spec.quotas.H100.lending_limit: must be ≤ nominal (4)"),
     (TEAM, "spec.quotas", {"H100": -1}, "spec.quotas.H100.nominal: must be ≥ 0"),
     (TEAM, "spec.quotas", {"H100": {"nominal": 4, "borrowing_limit": -2}},
      "spec.quotas.H100.borrowing_limit: must be ≥ 0"),
@@ -147,6 +162,27 @@ def test_a_job_becomes_its_submission_and_the_same_spec_the_same_event():
                                          "working_dir: '/work/x' -> None"]
 
 
+@pytest.mark.parametrize("bad", ["../../escaped", "/tmp/abs", "a\nb", "", "a/b", "-x", "x" * 129, "caf\u00e9"])
+def test_a_job_id_must_be_a_name(bad):
+    """An id names the job's directories on its nodes and its path in the query API: a given id that is not a name
+    is refused, in one short line, before anything is read or written."""
+    job = parse_document(JOB, "j")
+    with pytest.raises(LauncherError) as refused:
+        job_ids([job], bad, None)
+    assert str(refused.value).startswith("train: job id ") and "is not a name: letters, digits" in str(refused.value)
+    assert "\n" not in str(refused.value) and len(str(refused.value)) < 200
+
+
+def test_a_job_id_is_given_derived_or_the_name():
+    job = parse_document(JOB, "j")
+    assert job_ids([job], None, None) == ["train"]
+    assert job_ids([job], "train-2.a_b", None) == ["train-2.a_b"]
+    (derived,) = job_ids([job], None, "retry-7")
+    assert derived.startswith("train-") and derived != "train"
+    with pytest.raises(LauncherError, match="names exactly one job"):
+        job_ids([job, job], "x", None)
+
+
 def test_a_team_becomes_its_definition_and_quotas():
     team = parse_document({**TEAM, "spec": {"cohort": "lab", "weight": 2,
                                              "quotas": {"H100": 4, "A100": {"nominal": 2, "lending_limit": 1}},
@@ -161,3 +197,27 @@ def test_a_team_becomes_its_definition_and_quotas():
             events[0].max_priority_threshold) == ("LowerPriority", None, "LowerPriority", 100)
     assert [(q.gpu_type, q.nominal, q.borrowing_limit, q.lending_limit) for q in events[1:]] == [
         ("A100", 2, None, 1), ("H100", 4, None, None)]
+
+
+def test_cohorts_whose_parents_come_back_or_nest_too_deep_are_refused():
+    """The cohort tree (`gangway teams`, the query API) nests cohorts under their parents: a cycle of parents left
+    them out of it, and a chain 300 deep failed the API's answer."""
+    assert cohort_chain_problems({"lab": None}, {"nlp": "lab", "cv": "lab"}) == []
+    assert cohort_chain_problems({"a": "b"}, {"b": "a"}) == ["cohort b: its parents come back to it (b -> a -> b)"]
+    assert cohort_chain_problems({}, {"self": "self"}) == ["cohort self: its parents come back to it (self -> self)"]
+    chain = {f"d{i}": f"d{i - 1}" if i else None for i in range(17)}
+    assert cohort_chain_problems({}, {k: v for k, v in chain.items() if k != "d16"}) == []  # 16 deep
+    assert cohort_chain_problems({}, chain) == ["cohort d16: more than 16 cohorts deep"]
+
+
+def test_the_cohort_tree_lists_every_cohort_however_its_parents_were_written():
+    state = CellState()
+    parents = {"ca": "cb", "cb": "ca", **{f"d{i}": f"d{i - 1}" if i else None for i in range(300)}}
+    for offset, (name, parent) in enumerate(parents.items()):
+        assert evolve(state, m.CohortDefined(envelope=env(0), cohort=name, parent=parent), offset) is None
+
+    def names(nodes, depth=1):
+        assert depth <= MOST_COHORT_DEPTH + 1
+        return [n for node in nodes for n in [node["name"], *names(node["children"], depth + 1)]]
+    listed = names(cohort_tree(state))
+    assert sorted(listed) == sorted(parents) and len(listed) == len(parents), "each cohort once, none left out"

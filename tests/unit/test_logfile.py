@@ -82,6 +82,29 @@ def test_a_file_that_is_not_an_exported_log_says_so_in_one_line(demo, tmp_path, 
     assert why in str(error.value) and "\n" not in str(error.value)
 
 
+@pytest.mark.parametrize("cut", ["a block", "every block"])
+def test_a_file_cut_short_after_a_whole_block_is_refused(demo, tmp_path, cut):
+    """Avro alone reads a file cut just after a block's sync marker as a good one holding fewer records: the header's
+    record count and last offset tell."""
+    cell, records = demo
+    path = tmp_path / "demo.avro"
+    with open(path, "wb") as out:  # small blocks, so there are several
+        fastavro.writer(out, _parsed(), [{"offset": o, "event": (f"gangway.{e.event_type}", e.model_dump())}
+                                         for o, e in records], codec="deflate", sync_interval=2_000,
+                        metadata={"gangway.format": FORMAT, "gangway.cell": cell, "gangway.records": str(len(records)),
+                                  "gangway.last_offset": str(records[-1][0])})
+    assert len(read_log_file(path).records) == len(records)
+    data = path.read_bytes()
+    sync = data[-16:]  # every block ends with the file's sync marker
+    ends = [i + len(sync) for i in range(len(data)) if data.startswith(sync, i)]
+    assert len(ends) > 3
+    path.write_bytes(data[:ends[len(ends) // 2] if cut == "a block" else ends[0]])
+    with pytest.raises(NotALogFile, match="truncated or altered: it holds [0-9,]+ records, its header says") as error:
+        read_log_file(path)
+    assert "\n" not in str(error.value)
+    assert cli.main(["verify", "--log", str(path)]) == 1
+
+
 @pytest.mark.parametrize("damage, why", [
     (lambda block, at: block[:at] + b"\xff" + block[at + 1:], "a string that is not UTF-8"),
     (lambda block, at: block[:at - 2] + b"\x7f" + block[at - 1:], "a record of event type -64"),

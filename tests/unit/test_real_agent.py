@@ -16,10 +16,10 @@ REPORT = ('env | grep -E "^(RANK|WORLD_SIZE|LOCAL_RANK|LOCAL_WORLD_SIZE|MASTER_A
           '"$GANGWAY_CHECKPOINT_REPORT"; echo not-json >> "$GANGWAY_CHECKPOINT_REPORT"; exit 3')
 
 
-def placed_log(command: list[str], checkpoints: Path) -> list[m.Event]:
+def placed_log(command: list[str], checkpoints: Path, job_id: str = "train") -> list[m.Event]:
     registered = node("n1", gpus=4, block="b1", rack="r1").model_copy(update={"address": "127.0.0.9"})
     cell = fold(topology("block", "rack"), registered, team("nlp"), quota("nlp", 8),
-                job("train", workers=2, gpus=2, command=command, checkpoint_dir=str(checkpoints)))
+                job(job_id, workers=2, gpus=2, command=command, checkpoint_dir=str(checkpoints)))
     assert any(isinstance(e, m.JobPlaced) for e in cell.log)
     return cell.log
 
@@ -103,3 +103,23 @@ def test_a_new_agent_adopts_the_running_worker_and_stops_it_on_cancel(tmp_path: 
     assert sorted(e.exit_code for e in exits(stopped)) == [143, 143], "SIGTERM, recorded by the shim"
     assert all(not Path(f"/proc/{pid}").exists() or "Z" in Path(f"/proc/{pid}/stat").read_text().split()[2]
                for pid in pids)
+
+
+def test_a_job_id_that_is_no_plain_name_stays_inside_the_work_directory(tmp_path: Path):
+    """The launcher writes only plain names, but the log may hold any id (a foreign writer's): a worker's directory
+    is named by the id's digest then, and an agent that takes over still knows whose worker it is."""
+    hostile = "../../escaped"
+    log = placed_log(["sleep", "60"], tmp_path, job_id=hostile)
+    first = agent_on(log, tmp_path / "work" / "n1")
+    started = run_until(first, lambda out: sum(isinstance(e, m.WorkerStarted) for e in out) == 2)
+    assert sorted(p.relative_to(tmp_path) for p in tmp_path.iterdir()) == [Path("work")], "nothing outside it"
+    (directory,) = (tmp_path / "work" / "n1" / "jobs").iterdir()
+    assert directory.name.startswith("id-") and (directory / "a1" / "w0" / "pid").exists()
+
+    second = agent_on(log + started, tmp_path / "work" / "n1")
+    second.step(3_000)
+    assert [e for e, _ in second.drain() if isinstance(e, m.WorkerStarted | m.WorkerExited)] == [], "adopted"
+    assert sorted(second.workers) == [(hostile, 1, 0), (hostile, 1, 1)]
+    second.observe(len(log) + len(started), m.JobCancelled(envelope=env(4_000, "admitter", "cancel"), job_id=hostile),
+                   4_000)
+    assert sorted(e.exit_code for e in exits(run_until(second, lambda out: len(exits(out)) == 2))) == [143, 143]

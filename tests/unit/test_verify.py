@@ -130,11 +130,13 @@ def test_golden_logs_are_the_scenarios_they_were_exported_from():
 
 
 def altered(source: Path, target: Path, change) -> Path:
-    """The exported log at `source`, edited record by record with fastavro (as anyone could) and written to `target`."""
+    """The exported log at `source`, edited record by record with fastavro (as anyone could) and written to `target`,
+    its header's count of records and last offset made to match (else reading it refuses it as cut short)."""
     with open(source, "rb") as handle:
         reader = fastavro.reader(handle)
         schema, metadata, rows = reader.writer_schema, dict(reader.metadata), list(reader)
     rows = change(rows)
+    metadata.update({"gangway.records": str(len(rows)), "gangway.last_offset": str(rows[-1]["offset"])})
     with open(target, "wb") as out:
         fastavro.writer(out, schema, rows, codec="deflate",
                         metadata={k: v for k, v in metadata.items() if not k.startswith("avro.")})
