@@ -197,7 +197,7 @@ def parse_document(raw: Any, where: str, team: str | None = None) -> Document:
         raise SpecError([f"{where}: a document must be a mapping with kind, metadata and spec"])
     kind = raw.get("kind")
     if kind not in KINDS:
-        raise SpecError([f"{where}: kind: must be one of {', '.join(KINDS)} (got {kind!r})"])
+        raise SpecError([f"{where}: kind: must be one of {', '.join(KINDS)} (got {shown(kind)})"])
     if team is not None and kind == "Job":
         metadata = raw.get("metadata")
         if isinstance(metadata, dict):
@@ -208,11 +208,18 @@ def parse_document(raw: Any, where: str, team: str | None = None) -> Document:
         raise SpecError([f"{where}: {problem}" for problem in _problems(error)]) from None
 
 
+def shown(value: object, most: int = 40) -> str:
+    """`value` quoted for an error message, cut short: a hostile value may be any length and hold any character."""
+    text = repr(value)
+    return text if len(text) <= most else text[:most] + "..."
+
+
 def _problems(error: ValidationError) -> list[str]:
     """`spec.workers: must be ≥ 1` for each error, in document order."""
     out = []
     for item in error.errors():
-        path = ".".join(str(part) for part in item["loc"] if not str(part).startswith("function-"))
+        path = ".".join(str(part) if len(str(part)) <= 40 else shown(part) for part in item["loc"]
+                        if not str(part).startswith("function-"))
         message = _message(item)
         if message.startswith("@"):  # a cross-field check names its own field
             field, message = message[1:].split("@ ", 1)
@@ -236,7 +243,7 @@ def _message(item: dict) -> str:
     if kind == "less_than_equal":
         return f"must be ≤ {ctx['le']}"
     if kind == "string_pattern_mismatch":
-        return f"{item['input']!r} is not a valid name (letters, digits, '.', '_', '-')"
+        return f"{shown(item['input'])} is not a valid name (letters, digits, '.', '_', '-')"
     if kind == "too_short":
         return "must not be empty"
     if kind == "literal_error":

@@ -40,6 +40,7 @@ from events.launcher.spec import (
     SpecError,
     load_documents,
     parse_document,
+    shown,
     with_paths_from,
 )
 from events.log import InputWriter
@@ -463,16 +464,11 @@ def job_ids(jobs: Sequence[Job], job_id: str | None, request_id: str | None) -> 
         raise LauncherError("a job id or request id names exactly one job")
     ids = [job_id if job_id is not None else (_derived_id(job.name, request_id) if request_id else job.name)
            for job in jobs]
-    bad = [f"{job.name}: job id {_shown(chosen)} is not a name: {NAME_RULE}"
+    bad = [f"{job.name}: job id {shown(chosen)} is not a name: {NAME_RULE}"
            for job, chosen in zip(jobs, ids) if not NAME.fullmatch(chosen)]
     if bad:
         raise LauncherError("\n".join(bad))
     return ids
-
-
-def _shown(text: str, most: int = 40) -> str:
-    """`text` quoted for an error message, cut short: a hostile value may be any length and hold any character."""
-    return repr(text if len(text) <= most else text[:most] + "...")
 
 
 def _derived_id(name: str, request_id: str) -> str:

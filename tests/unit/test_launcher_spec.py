@@ -173,6 +173,12 @@ def test_a_job_id_must_be_a_name(bad):
     assert "\n" not in str(refused.value) and len(str(refused.value)) < 200
 
 
+def test_a_long_bad_value_is_shown_cut_short():
+    with pytest.raises(SpecError) as error:
+        parse_document(with_value(JOB, "metadata.name", "a b" * 3000), "job.yaml")
+    assert str(error.value).startswith("job.yaml: metadata.name: 'a ba ba b") and len(str(error.value)) < 150
+
+
 def test_a_job_id_is_given_derived_or_the_name():
     job = parse_document(JOB, "j")
     assert job_ids([job], None, None) == ["train"]
