@@ -85,6 +85,7 @@ VARIANTS: list[dict] = [
     {"preemption": {"enabled": False}, "admission": {"admissions_per_team_per_cycle": 1}},
     {"preemption": {"checkpoint_grace": "0s", "min_runtime": "0s"}, "admission": {"protect_queue_heads": False}},
     {"preemption": {"consolidate": True, "min_runtime": "0s"}},
+    {"admission": {"reserve_earliest_free": True, "replan_reservations": True, "quota_held_reserves_free_nodes": False}},
 ]
 
 
