@@ -13,7 +13,7 @@ the reservation's shadow time (Slurm's EASY backfill; see services/core/placemen
 from __future__ import annotations
 
 from bisect import bisect_left
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from functools import partial
 from typing import TYPE_CHECKING, cast
 
@@ -22,7 +22,7 @@ from events.models import Reason
 from projections.cell import CellState
 from projections.jobs import Job, JobState
 from projections.pooled import PooledUsage
-from projections.reservations import ends_before, expected_end
+from projections.reservations import ends_before, shadow_time
 from projections.tenancy import DEFAULT_PRIORITY
 from projections.validate import request_problem, team_problem
 from services.core.decider import ASK_ALWAYS, Context
@@ -697,7 +697,8 @@ def reservation_for(state: CellState, job: Job, reserved_by: dict[str, str], now
     free_at: dict[str, int] = {}
     if now is not None:
         for node in cluster.of_type(job.gpu_type):
-            free_at[node.name] = _expected_free(state, node.holder.values(), now)
+            shadow = shadow_time(state, (node.name,), now)  # when its jobs should have ended; None: one has no limit
+            free_at[node.name] = NEVER if shadow is None else shadow
     g = job.gpus_per_worker
     nodes = [n for n in cluster.of_type(job.gpu_type) if n.schedulable and n.name not in reserved_by]
     level = cluster.level_index(job.topology_required) if job.topology_required else None
@@ -721,16 +722,3 @@ def reservation_for(state: CellState, job: Job, reserved_by: dict[str, str], now
         if best is None or cost < best[0]:
             best = (cost, domain or "", sorted(n.name for n in chosen))
     return best[2] if best else []
-
-
-def _expected_free(state: CellState, holders: Iterable[str], now: int) -> int:
-    """When the jobs holding a node's GPUs are expected to have ended by their time limits: `now` for none,
-    NEVER when one has no limit."""
-    out = now
-    for job_id in holders:
-        end = expected_end(state.jobs[job_id])
-        if end is None:
-            return NEVER
-        if end > out:
-            out = end
-    return out
