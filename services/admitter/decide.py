@@ -565,8 +565,37 @@ def _may_reserve(state: CellState, now: int, policy: AdmissionPolicy, reservatio
         if waits is not None:
             waits.append(since + policy.reservation_after_ms)
         return False
-    return (len(reservations) < policy.max_reservations
-            and may_drain(state, job, policy.max_drain_share) and _first_of_kind(state, job, reservations, now))
+    return (len(reservations) < policy.max_reservations and _may_drain(state, job, policy, now, reservations, waits)
+            and _first_of_kind(state, job, reservations, now))
+
+
+def _may_drain(state: CellState, job: Job, policy: AdmissionPolicy, now: int,
+               reservations: dict[str, tuple[str, ...]], waits: list[int] | None = None) -> bool:
+    """Whether the gang may drain nodes for itself: it needs at most `max_drain_share` of its GPU type, or it has
+    waited `big_gangs_reserve_after_ms`, or (`big_gangs_reserve_on_known_drain`) as long as the drain of the nodes
+    it would reserve (besides `reservations`) takes by their jobs' time limits. `waits` receives when a bigger
+    gang will have waited long enough on this state."""
+    if may_drain(state, job, policy.max_drain_share):
+        return True
+    since = max(job.submitted_at, job.not_before)
+    after = policy.big_gangs_reserve_after_ms
+    if after is not None:
+        if now - since >= after:
+            return True
+        if waits is not None:
+            waits.append(since + after)
+    if not policy.big_gangs_reserve_on_known_drain:
+        return False
+    reserved_by = {name: holder for holder, nodes in reservations.items() if holder != job.job_id for name in nodes}
+    plan = reservation_for(state, job, reserved_by, now if policy.reserve_earliest_free else None)
+    shadow = shadow_time(state, plan, now) if plan else None
+    if shadow is None:
+        return False  # no nodes to drain, or a job on them without a time limit: the drain's length is unknown
+    if now - since >= shadow - now:
+        return True
+    if waits is not None:
+        waits.append((since + shadow + 1) // 2)  # the first time at which it has waited as long as the drain takes
+    return False
 
 
 def expired_holds(state: CellState, now: int) -> list[Job]:
@@ -671,7 +700,7 @@ def _replanned(state: CellState, ctx: Context, reservations: dict[str, tuple[str
     for holder, held in sorted(state.reservations.items()):
         lost = [name for name in held if name in nodes and not nodes[name].schedulable]
         job = state.jobs[holder]
-        if not lost or not may_drain(state, job, policy.max_drain_share):
+        if not lost or not _may_drain(state, job, policy, now, reservations):
             continue
         others = {name: j for name, j in reserved_by.items() if j != holder}
         plan = reservation_for(state, job, others, now if policy.reserve_earliest_free else None)

@@ -24,6 +24,14 @@ class AdmissionPolicy:
     #: while it needs at most this share of its GPU type's schedulable GPUs; a bigger gang starts when enough
     #: frees on its own, as under Kueue: draining most of a cell for one gang idles more than it saves.
     max_drain_share: float = 0.5
+    #: A gang bigger than `max_drain_share` may reserve nodes too once it has waited this long (Slurm's backfill
+    #: reserves for the job that has waited longest, whatever its size), so no stream of smaller work that keeps
+    #: enough from freeing at once starves it; None (gangway-8): never, it starts only when enough frees on its own.
+    big_gangs_reserve_after_ms: int | None = None
+    #: A gang bigger than `max_drain_share` may reserve nodes once it has waited as long as their drain would take,
+    #: by the time limits of the jobs on them (a ski-rental rule: the drain idles no more GPU-time than the gang has
+    #: already spent waiting); off (gangway-8): the drain's length does not matter.
+    big_gangs_reserve_on_known_drain: bool = False
     #: Within a team and priority, gangs that have received less GPU-time go first (Tiresias' discretised
     #: least-attained-service queues; projections/jobs.py service_band), then submit order.
     least_attained_service: bool = False
@@ -66,5 +74,8 @@ class AdmissionPolicy:
         if self.admissions_per_team_per_cycle is not None and self.admissions_per_team_per_cycle < 1:
             raise ValueError("policy.admission.admissions_per_team_per_cycle must be at least 1 (or null: no limit), "
                              f"not {self.admissions_per_team_per_cycle!r}")
+        if self.big_gangs_reserve_after_ms is not None and self.big_gangs_reserve_after_ms < 0:
+            raise ValueError("policy.admission.big_gangs_reserve_after_ms must be a duration of at least 0 (or null: "
+                             f"never), not {self.big_gangs_reserve_after_ms!r}")
         if not 0 < self.max_drain_share <= 1:
             raise ValueError(f"policy.admission.max_drain_share must be in (0, 1], not {self.max_drain_share!r}")

@@ -86,6 +86,7 @@ VARIANTS: list[dict] = [
     {"preemption": {"checkpoint_grace": "0s", "min_runtime": "0s"}, "admission": {"protect_queue_heads": False}},
     {"preemption": {"consolidate": True, "min_runtime": "0s"}},
     {"admission": {"reserve_earliest_free": True, "replan_reservations": True, "quota_held_reserves_free_nodes": False}},
+    {"admission": {"max_drain_share": 0.25, "big_gangs_reserve_on_known_drain": True, "big_gangs_reserve_after": "10m"}},
 ]
 
 
