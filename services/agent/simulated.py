@@ -69,8 +69,8 @@ class SimulatedAgents:
 
     def _run(self, cell, started: m.WorkerStarted) -> None:
         job = cell.state.jobs.get(started.job_id)
-        if job is None:
-            return
+        if job is None or job.attempt != started.attempt or job.state not in (JobState.PLACED, JobState.RUNNING):
+            return  # a start the cell did not take (its attempt was lost before it): that worker runs nothing
         timing = self.timing
         restored = job.checkpoint.progress_ms if job.checkpoint else 0
         restart = timing.restart_cost_ms if started.attempt > 1 else 0
