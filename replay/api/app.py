@@ -192,7 +192,8 @@ def create_app(projector: Projector, tokens: Tokens, policy: Policy = DEFAULT_PO
         docs, last = store.jobs(cell, filters, order, descending, limit, after)
         return {"jobs": [_summary_row(doc) for doc in docs], "next_cursor": _encode_cursor(last) if last else None}
 
-    @app.get("/api/v1/cells/{cell}/jobs/{job_id}", response_model=api.JobDetail, tags=["jobs"])
+    # `:path`: an id another writer put on the log may hold '/' (sent as %2F); every id is the rest of the path
+    @app.get("/api/v1/cells/{cell}/jobs/{job_id:path}", response_model=api.JobDetail, tags=["jobs"])
     def job(cell: Cell, job_id: str, who: Who) -> dict[str, Any]:
         """One job: spec, state, placement, reason, queue position, estimated start and timeline."""
         doc = store.job(cell, job_id)

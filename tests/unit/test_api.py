@@ -7,6 +7,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from replay.api.app import create_app
+from tests import builders as b
 from tests.api_fixtures import (
     CELL,
     CV_TOKEN,
@@ -167,3 +168,17 @@ def test_health_metrics_and_openapi(client):
     paths = client.get("/openapi.json").json()["paths"]
     assert "/api/v1/cells/{cell}/jobs/{job_id}" in paths and "/healthz" in paths
     assert "<title>Gangway" in client.get("/").text
+
+
+def test_a_job_whose_id_holds_a_slash_is_found_by_its_escaped_id(tmp_path):
+    """The launcher refuses such ids, but another writer may have put one on the log: it is still fetched, as %2F."""
+    log = b.fold(b.topology("block", "rack"), b.node("n0", block="b0", rack="r0"), b.team("nlp"), b.quota("nlp", 8),
+                 b.job("runs/7", workers=1, gpus=8, team="nlp")).log
+    projector = projector_over(tmp_path, log)
+    try:
+        with TestClient(create_app(projector, TOKENS), raise_server_exceptions=False) as client:
+            body = get(client, f"{BASE}/jobs/runs%2F7").json()
+            assert body["job_id"] == "runs/7" and body["state"] == "placed"
+            assert get(client, f"{BASE}/jobs/runs%2F8").status_code == 404
+    finally:
+        projector.store.close()
