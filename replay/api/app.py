@@ -16,7 +16,7 @@ from typing import Annotated, Any
 
 from fastapi import Depends, FastAPI, Header, Query, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import FileResponse, JSONResponse, Response, StreamingResponse
+from fastapi.responses import FileResponse, JSONResponse, RedirectResponse, Response, StreamingResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from fastapi.staticfiles import StaticFiles
 from starlette.exceptions import HTTPException as StarletteHTTPException
@@ -194,8 +194,12 @@ def create_app(projector: Projector, tokens: Tokens, policy: Policy = DEFAULT_PO
 
     # `:path`: an id another writer put on the log may hold '/' (sent as %2F); every id is the rest of the path
     @app.get("/api/v1/cells/{cell}/jobs/{job_id:path}", response_model=api.JobDetail, tags=["jobs"])
-    def job(cell: Cell, job_id: str, who: Who) -> dict[str, Any]:
+    def job(cell: Cell, job_id: str, who: Who, request: Request) -> dict[str, Any] | Response:
         """One job: spec, state, placement, reason, queue position, estimated start and timeline."""
+        if not job_id or job_id.endswith("/"):  # as for any other path: the same path without its trailing '/'
+            raw = request.scope.get("raw_path") or request.url.path.encode()
+            query = f"?{request.url.query}" if request.url.query else ""
+            return RedirectResponse(raw.decode("latin-1").rstrip("/") + query, 307)
         doc = store.job(cell, job_id)
         if doc is None:
             raise ApiError(404, f"no job {job_id!r} in cell {cell}")

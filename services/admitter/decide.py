@@ -269,7 +269,7 @@ def admission_cycle(state: CellState, ctx: Context, only: Job | None = None, ref
     # Shadow times once per cycle; a reservation made this cycle has none (unknown) until it is folded.
     shadows = shadow_times(state, now) if reservations else {}
     if refresh and only is None and policy.replan_reservations:
-        for holder in _replanned(state, ctx, reservations, reserved_by, decisions):
+        for holder in _replanned(state, ctx, reservations, reserved_by, decisions, waits):
             shadows.pop(holder, None)
     if ctx.policy.preemption.keep_room_for_moves:
         _keep_room_for_movers(state, view, ctx,
@@ -690,17 +690,17 @@ def _quiet(decisions: list[m.Decision], job: Job, reason: Reason, detail: str, c
 
 
 def _replanned(state: CellState, ctx: Context, reservations: dict[str, tuple[str, ...]], reserved_by: dict[str, str],
-               decisions: list[m.Decision]) -> list[str]:
+               decisions: list[m.Decision], waits: list[int] | None) -> list[str]:
     """Reservations holding a node out of service (cordoned, failed), planned again on nodes in service where the
     gang may still drain them (Slurm plans a pending job's start again on each backfill pass); where it finds none,
     a reservation stays and waits for its node. `reservations` and `reserved_by` take the new plans; the gangs
-    replanned are returned."""
+    replanned are returned, and `waits` when a holder not yet allowed to drain will be (`_may_drain`)."""
     policy, now, nodes = ctx.policy.admission, ctx.now, state.cluster.nodes
     out = []
     for holder, held in sorted(state.reservations.items()):
         lost = [name for name in held if name in nodes and not nodes[name].schedulable]
         job = state.jobs[holder]
-        if not lost or not _may_drain(state, job, policy, now, reservations):
+        if not lost or not _may_drain(state, job, policy, now, reservations, waits):
             continue
         others = {name: j for name, j in reserved_by.items() if j != holder}
         plan = reservation_for(state, job, others, now if policy.reserve_earliest_free else None)
