@@ -62,6 +62,10 @@ class SimulatedAgents:
             cell.schedule(m.NodeHeartbeat(envelope=cell.envelope(at, f"agent/{node}"), node=node, seq=at))
 
     def _start(self, cell, placed: m.JobPlaced) -> None:
+        job = cell.state.jobs.get(placed.job_id)
+        if job is None or job.state is not JobState.PLACED or job.attempt != placed.attempt or \
+                [(w, n) for w, n, _ in job.assignments] != [(a.worker, a.node) for a in placed.assignments]:
+            return  # a placement the cell did not take (superseded, stale): no worker starts for it
         at = placed.envelope.at + self.timing.start_delay_ms
         for a in placed.assignments:
             cell.schedule(m.WorkerStarted(envelope=cell.envelope(at, f"agent/{a.node}", placed.job_id),
@@ -69,8 +73,9 @@ class SimulatedAgents:
 
     def _run(self, cell, started: m.WorkerStarted) -> None:
         job = cell.state.jobs.get(started.job_id)
-        if job is None or job.attempt != started.attempt or job.state not in (JobState.PLACED, JobState.RUNNING):
-            return  # a start the cell did not take (its attempt was lost before it): that worker runs nothing
+        if job is None or job.attempt != started.attempt or job.state not in (JobState.PLACED, JobState.RUNNING) \
+                or not any(w == started.worker and n == started.node for w, n, _ in job.assignments):
+            return  # a start the cell did not take (its attempt lost, or not where it is placed): it runs nothing
         timing = self.timing
         restored = job.checkpoint.progress_ms if job.checkpoint else 0
         restart = timing.restart_cost_ms if started.attempt > 1 else 0
