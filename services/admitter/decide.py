@@ -294,7 +294,7 @@ def admission_cycle(state: CellState, ctx: Context, only: Job | None = None, ref
     say_why = _quiet if quiet else _requeue_reason
 
     no_more_room = partial(_no_more_room, state, now, reservations, shadows)
-    may_reserve = partial(_may_reserve, state, now, policy, reservations, waits)
+    may_reserve = partial(_may_reserve, state, now, policy, reservations, reserved_by, waits)
 
     refuse = _Refusals(order, quiet, say_why, decisions, ctx, no_more_room)
     reserve = partial(_reserve, state, ctx, guard, reservations, reserved_by, decisions, may_reserve)
@@ -495,7 +495,7 @@ def _reserve(state: CellState, ctx: Context, guard: Guard | None, reservations: 
     is the first of its kind: gangs of equal needs share the reservation of the one that ranks first."""
     if not may_reserve(job):
         return False
-    nodes = reservation_for(state, job, reserved_by, ctx.now if ctx.policy.admission.reserve_earliest_free else None)
+    nodes = _plan(state, job, reserved_by, ctx.policy.admission, ctx.now)
     if not nodes:
         return False
     reservations[job.job_id] = tuple(nodes)
@@ -557,27 +557,37 @@ def _backfillable(job: Job, now: int, reservations: dict[str, tuple[str, ...]],
 
 
 def _may_reserve(state: CellState, now: int, policy: AdmissionPolicy, reservations: dict[str, tuple[str, ...]],
-                 waits: list[int] | None, job: Job) -> bool:
+                 reserved_by: dict[str, str], waits: list[int] | None, job: Job) -> bool:
     """Whether a blocked gang may hold nodes, if there are nodes to drain for it; `waits` receives when it will
     have waited long enough, if it has not yet."""
-    since = max(job.submitted_at, job.not_before)
+    since = _waiting_since(job)
     if now - since < policy.reservation_after_ms:
         if waits is not None:
             waits.append(since + policy.reservation_after_ms)
         return False
-    return (len(reservations) < policy.max_reservations and _may_drain(state, job, policy, now, reservations, waits)
+    return (len(reservations) < policy.max_reservations and _may_drain(state, job, policy, now, reserved_by, waits)
             and _first_of_kind(state, job, reservations, now))
 
 
-def _may_drain(state: CellState, job: Job, policy: AdmissionPolicy, now: int,
-               reservations: dict[str, tuple[str, ...]], waits: list[int] | None = None) -> bool:
+def _waiting_since(job: Job) -> int:
+    """When the gang's current wait began: its submission, or the end of its back-off."""
+    return max(job.submitted_at, job.not_before)
+
+
+def _plan(state: CellState, job: Job, others: dict[str, str], policy: AdmissionPolicy, now: int) -> list[str]:
+    """The nodes a reservation for the gang would drain, besides those reserved for `others` (node -> gang)."""
+    return reservation_for(state, job, others, now if policy.reserve_earliest_free else None)
+
+
+def _may_drain(state: CellState, job: Job, policy: AdmissionPolicy, now: int, others: dict[str, str],
+               waits: list[int] | None) -> bool:
     """Whether the gang may drain nodes for itself: it needs at most `max_drain_share` of its GPU type, or it has
     waited `big_gangs_reserve_after_ms`, or (`big_gangs_reserve_on_known_drain`) as long as the drain of the nodes
-    it would reserve (besides `reservations`) takes by their jobs' time limits. `waits` receives when a bigger
+    it would reserve besides those of `others` takes by their jobs' time limits. `waits` receives when a bigger
     gang will have waited long enough on this state."""
     if may_drain(state, job, policy.max_drain_share):
         return True
-    since = max(job.submitted_at, job.not_before)
+    since = _waiting_since(job)
     after = policy.big_gangs_reserve_after_ms
     if after is not None:
         if now - since >= after:
@@ -586,8 +596,7 @@ def _may_drain(state: CellState, job: Job, policy: AdmissionPolicy, now: int,
             waits.append(since + after)
     if not policy.big_gangs_reserve_on_known_drain:
         return False
-    reserved_by = {name: holder for holder, nodes in reservations.items() if holder != job.job_id for name in nodes}
-    plan = reservation_for(state, job, reserved_by, now if policy.reserve_earliest_free else None)
+    plan = _plan(state, job, others, policy, now)
     shadow = shadow_time(state, plan, now) if plan else None
     if shadow is None:
         return False  # no nodes to drain, or a job on them without a time limit: the drain's length is unknown
@@ -700,10 +709,12 @@ def _replanned(state: CellState, ctx: Context, reservations: dict[str, tuple[str
     for holder, held in sorted(state.reservations.items()):
         lost = [name for name in held if name in nodes and not nodes[name].schedulable]
         job = state.jobs[holder]
-        if not lost or not _may_drain(state, job, policy, now, reservations, waits):
+        if not lost:
             continue
         others = {name: j for name, j in reserved_by.items() if j != holder}
-        plan = reservation_for(state, job, others, now if policy.reserve_earliest_free else None)
+        if not _may_drain(state, job, policy, now, others, waits):
+            continue
+        plan = _plan(state, job, others, policy, now)
         if not plan:
             continue
         for name in held:
