@@ -5,6 +5,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from events.shown import shown
+
 _UNITS = {"ms": 1, "s": 1_000, "m": 60_000, "h": 3_600_000, "d": 86_400_000}
 _PART = re.compile(r"(\d+)(ms|s|m|h|d)")
 
@@ -20,7 +22,7 @@ def parse_duration(value: Any) -> Any:
         parts = _PART.findall(text)
         if parts and "".join(n + u for n, u in parts) == text:
             return sum(int(n) * _UNITS[u] for n, u in parts)
-    raise ValueError(f"not a duration: {value!r} (write 90s, 5m, 2h, 1h30m or milliseconds)")
+    raise ValueError(f"not a duration: {shown(value)} (write 90s, 5m, 2h, 1h30m or milliseconds)")
 
 
 def format_duration(ms: int) -> str:

@@ -25,6 +25,7 @@ from dataclasses import replace
 from typing import Any
 
 from events.durations import parse_duration
+from events.shown import shown
 from services.admitter.policy import AdmissionPolicy
 from services.placer.policy import PlacementPolicy
 from services.policy import DEFAULT_POLICY, Policy
@@ -124,7 +125,7 @@ def policy(name: str) -> Policy:
     try:
         return CATALOGUE[name]
     except KeyError:
-        raise UnknownPolicy(f"unknown policy {name!r}; known: {', '.join(CATALOGUE)}") from None
+        raise UnknownPolicy(f"unknown policy {shown(name, 120)}; known: {', '.join(CATALOGUE)}") from None
 
 
 def resolve(name_or_version: str) -> Policy:
@@ -138,22 +139,22 @@ def resolve(name_or_version: str) -> Policy:
         (p for p in [*CATALOGUE.values(), *EARLIER.values()] if p.version == base_version), None)
     if base is None:
         known = ", ".join(f"{name} ({p.version})" for name, p in CATALOGUE.items())
-        raise UnknownPolicy(f"unknown policy {name_or_version!r}; known: {known}, each optionally with "
+        raise UnknownPolicy(f"unknown policy {shown(name_or_version, 120)}; known: {known}, each optionally with "
                             f"+section.knob=value overrides")
     overrides: dict[str, dict[str, Any]] = {}
     for knob in knobs:
         path, equals, value = knob.partition("=")
         section, dot, name = path.partition(".")
         if not (equals and dot):
-            raise UnknownPolicy(f"policy {name_or_version!r}: {knob!r} is not section.knob=value")
+            raise UnknownPolicy(f"policy {shown(name_or_version, 120)}: {shown(knob)} is not section.knob=value")
         try:
             overrides.setdefault(section, {})[name] = json.loads(value)
         except json.JSONDecodeError:
-            raise UnknownPolicy(f"policy {name_or_version!r}: {knob!r} has no JSON value") from None
+            raise UnknownPolicy(f"policy {shown(name_or_version, 120)}: {shown(knob)} has no JSON value") from None
     try:
         return overridden(base, overrides)
     except ValueError as error:
-        raise UnknownPolicy(f"policy {name_or_version!r}: {error}") from None
+        raise UnknownPolicy(f"policy {shown(name_or_version, 120)}: {error}") from None
 
 
 def overridden(base: Policy, overrides: dict[str, Any]) -> Policy:
@@ -165,7 +166,7 @@ def overridden(base: Policy, overrides: dict[str, Any]) -> Policy:
         current = getattr(policy, section, None)
         if section == "version" or not dataclasses.is_dataclass(current):
             sections = [f.name for f in dataclasses.fields(Policy) if f.name != "version"]
-            raise ValueError(f"unknown policy section {section!r} (one of: {', '.join(sections)})")
+            raise ValueError(f"unknown policy section {shown(section)} (one of: {', '.join(sections)})")
         if not isinstance(knobs, dict):
             raise ValueError(f"policy.{section} must be a mapping of knob: value")
         fields = {f.name: f for f in dataclasses.fields(current)}
@@ -173,7 +174,7 @@ def overridden(base: Policy, overrides: dict[str, Any]) -> Policy:
         for knob, value in knobs.items():
             name = knob if knob in fields else f"{knob}_ms"
             if name not in fields:
-                raise ValueError(f"unknown knob policy.{section}.{knob} (one of: {', '.join(fields)})")
+                raise ValueError(f"unknown knob policy.{section}.{knob if isinstance(knob, str) and len(knob) <= 40 else shown(knob)} (one of: {', '.join(fields)})")
             optional = "None" in str(fields[name].type)  # the knob may be null (`int | None`)
             changes[name] = None if value is None and optional else _coerce(section, name, getattr(current, name), value)
         policy = replace(policy, **{section: replace(current, **changes)})
@@ -190,6 +191,9 @@ def _derived_version(base: Policy, policy: Policy) -> str:
     return "+".join(parts)
 
 
+#: The longest duration a knob takes (366 days): longer is a mistake, not a policy.
+MOST_KNOB_MS = 366 * 86_400_000
+
 #: Integer knobs that may be negative (a priority, which a priority class may set below 0).
 SIGNED_KNOBS = frozenset({"max_priority_threshold"})
 
@@ -204,24 +208,26 @@ def _coerce(section: str, name: str, default: Any, value: Any) -> Any:
         except ValueError as error:
             raise ValueError(f"{where}: {error}") from None
         if duration < 0:
-            raise ValueError(f"{where} must not be negative, not {value!r}")
+            raise ValueError(f"{where} must not be negative, not {shown(value)}")
+        if duration > MOST_KNOB_MS:
+            raise ValueError(f"{where} must be at most 366 days, not {shown(value)}")
         return duration
     if isinstance(default, bool):
         if not isinstance(value, bool):
-            raise ValueError(f"{where} must be true or false, not {value!r}")
+            raise ValueError(f"{where} must be true or false, not {shown(value)}")
         return value
     if isinstance(default, str):
         if not isinstance(value, str):
-            raise ValueError(f"{where} must be a string, not {value!r}")
+            raise ValueError(f"{where} must be a string, not {shown(value)}")
         return value
     if isinstance(default, float):
         if isinstance(value, bool) or not isinstance(value, (int, float)):
-            raise ValueError(f"{where} must be a number, not {value!r}")
+            raise ValueError(f"{where} must be a number, not {shown(value)}")
         return float(value)
     if value is None and default is None:
         return value
     if isinstance(value, int) and not isinstance(value, bool):
         if value < 0 and name not in SIGNED_KNOBS:
-            raise ValueError(f"{where} must not be negative, not {value!r}")
+            raise ValueError(f"{where} must not be negative, not {shown(value)}")
         return value
-    raise ValueError(f"{where} must be an integer{' or null' if default is None else ''}, not {value!r}")
+    raise ValueError(f"{where} must be an integer{' or null' if default is None else ''}, not {shown(value)}")

@@ -17,6 +17,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationEr
 
 from events import yamlfile
 from events.durations import parse_duration
+from events.shown import shown
 
 NAME_PATTERN = r"^[A-Za-z0-9]([A-Za-z0-9._-]{0,126}[A-Za-z0-9])?$"
 NAME = re.compile(NAME_PATTERN)
@@ -206,12 +207,6 @@ def parse_document(raw: Any, where: str, team: str | None = None) -> Document:
         return KINDS[kind].model_validate(raw)
     except ValidationError as error:
         raise SpecError([f"{where}: {problem}" for problem in _problems(error)]) from None
-
-
-def shown(value: object, most: int = 40) -> str:
-    """`value` quoted for an error message, cut short: a hostile value may be any length and hold any character."""
-    text = repr(value)
-    return text if len(text) <= most else text[:most] + "..."
 
 
 def _problems(error: ValidationError) -> list[str]:

@@ -40,11 +40,11 @@ from events.launcher.spec import (
     SpecError,
     load_documents,
     parse_document,
-    shown,
     with_paths_from,
 )
 from events.log import InputWriter
 from events.reader import LogReader, default_bootstrap
+from events.shown import shown
 from events.topics import TopicNames, cells_from_env, topic_names, topic_prefix
 from events.tracing import Tracer
 from projections.cluster import NODE_LEVEL

@@ -175,11 +175,25 @@ def test_a_scenario_too_big_to_play_or_with_no_number_is_refused(old, new, compl
     ("gangway-3+admission.max_reservations=-3", "max_reservations must not be negative"),
     ("gangway-3+admission.admissions_per_team_per_cycle=0", "admissions_per_team_per_cycle must be at least 1"),
     ("gangway-3+recovery.mass_silence_percent=500", "mass_silence_percent must be between 0 and 100"),
+    ('gangway+admission.big_gangs_reserve_after_ms="367d"', "big_gangs_reserve_after_ms must be at most 366 days"),
+    ("gangway+admission.big_gangs_reserve_after_ms=10000000000000000000000", "must be at most 366 days"),
+    ("gangway+admission.big_gangs_reserve_after_ms=-1", "big_gangs_reserve_after_ms must not be negative"),
+    ("gangway+admission.big_gangs_reserve_on_known_drain=1", "big_gangs_reserve_on_known_drain must be true or false"),
 ])
 def test_policy_knobs_out_of_range_are_refused(version, complaint):
     with pytest.raises(UnknownPolicy, match=complaint):
         resolve(version)
     assert resolve("gangway-3+preemption.max_priority_threshold=-5").preemption.max_priority_threshold == -5
+    assert resolve('gangway+admission.big_gangs_reserve_after_ms="366d"').admission.big_gangs_reserve_after_ms == \
+        366 * 86_400_000
+
+
+@pytest.mark.parametrize("knob", ['admission.big_gangs_reserve_after_ms="X"', 'admission.X=1', 'X.y=1', 'X'])
+def test_a_long_bad_policy_is_refused_in_a_short_message(knob):
+    """A recorded policy version comes off the log: however long, the refusal quotes it cut short."""
+    with pytest.raises(UnknownPolicy) as refused:
+        resolve(f"gangway+{knob.replace('X', 'x' * 100_000)}")
+    assert len(str(refused.value)) < 1_000
 
 
 @pytest.mark.parametrize("content, complaint", [
