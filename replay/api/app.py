@@ -16,9 +16,10 @@ from typing import Annotated, Any
 
 from fastapi import Depends, FastAPI, Header, Query, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import FileResponse, JSONResponse, RedirectResponse, Response, StreamingResponse
+from fastapi.responses import FileResponse, JSONResponse, Response, StreamingResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from fastapi.staticfiles import StaticFiles
+from starlette.convertors import Convertor, register_url_convertor
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from projections.jobs import JobState
@@ -29,6 +30,22 @@ from replay.api.metrics import CONTENT_TYPE, exposition
 from replay.api.stream import RESET, StreamHub
 from services.core.forecast import Estimate, forecast
 from services.policy import DEFAULT_POLICY, Policy
+
+
+class JobIdConvertor(Convertor[str]):
+    """A job id in a path: the rest of it, '/' included (an id another writer put on the log may hold one, sent as
+    %2F), but not empty nor ending in '/', so such a path is redirected without its trailing '/' like any other."""
+
+    regex = r".*[^/]"
+
+    def convert(self, value: str) -> str:
+        return value
+
+    def to_string(self, value: str) -> str:
+        return value
+
+
+register_url_convertor("job_id", JobIdConvertor())
 
 STATIC = Path(__file__).with_name("static")
 MAX_PAGE = 1000
@@ -192,14 +209,9 @@ def create_app(projector: Projector, tokens: Tokens, policy: Policy = DEFAULT_PO
         docs, last = store.jobs(cell, filters, order, descending, limit, after)
         return {"jobs": [_summary_row(doc) for doc in docs], "next_cursor": _encode_cursor(last) if last else None}
 
-    # `:path`: an id another writer put on the log may hold '/' (sent as %2F); every id is the rest of the path
-    @app.get("/api/v1/cells/{cell}/jobs/{job_id:path}", response_model=api.JobDetail, tags=["jobs"])
-    def job(cell: Cell, job_id: str, who: Who, request: Request) -> dict[str, Any] | Response:
+    @app.get("/api/v1/cells/{cell}/jobs/{job_id:job_id}", response_model=api.JobDetail, tags=["jobs"])
+    def job(cell: Cell, job_id: str, who: Who) -> dict[str, Any]:
         """One job: spec, state, placement, reason, queue position, estimated start and timeline."""
-        if not job_id or job_id.endswith("/"):  # as for any other path: the same path without its trailing '/'
-            raw = request.scope.get("raw_path") or request.url.path.encode()
-            query = f"?{request.url.query}" if request.url.query else ""
-            return RedirectResponse(raw.decode("latin-1").rstrip("/") + query, 307)
         doc = store.job(cell, job_id)
         if doc is None:
             raise ApiError(404, f"no job {job_id!r} in cell {cell}")
