@@ -58,13 +58,14 @@ class AdmissionPolicy:
     #: now, and the domain with the fewest busy.
     reserve_earliest_free: bool = False
     #: A gang its quota holds back (its team's nominal fits it, the pool has nothing left) may reserve nodes even while
-    #: its GPUs are free in number (gangway-8): the reservation drains nothing and keeps other teams' work off nodes
-    #: already free, work within their own nominal included; off: only while its GPUs are not free in number (Slurm
-    #: plans no start for a job held by a limit).
+    #: its GPUs are free in number (gangway-8 and the baselines): the reservation drains nothing and keeps other teams'
+    #: work off nodes already free, work within their own nominal included; off (gangway-9): only while its GPUs are
+    #: not free in number (Slurm plans no start for a job held by a limit).
     quota_held_reserves_free_nodes: bool = True
     #: A reservation that holds a node out of service (cordoned, failed) is planned again on nodes in service on the
     #: next Tick, where the gang may still drain them (Slurm plans a pending job's start again on each backfill
-    #: pass); off (gangway-8): it waits for its node to come back, however long an operator's cordon lasts.
+    #: pass; gangway-9); off (gangway-8 and the baselines): it waits for its node to come back, however long an
+    #: operator's cordon lasts.
     replan_reservations: bool = False
 
     def __post_init__(self) -> None:

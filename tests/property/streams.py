@@ -87,6 +87,7 @@ VARIANTS: list[dict] = [
     {"preemption": {"consolidate": True, "min_runtime": "0s"}},
     {"admission": {"reserve_earliest_free": True, "replan_reservations": True, "quota_held_reserves_free_nodes": False}},
     {"admission": {"max_drain_share": 0.25, "big_gangs_reserve_on_known_drain": True, "big_gangs_reserve_after": "10m"}},
+    {"admission": {"replan_reservations": False, "quota_held_reserves_free_nodes": True}},  # gangway-8's reservations
 ]
 
 

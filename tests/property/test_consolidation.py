@@ -22,10 +22,13 @@ SETTINGS = settings(max_examples=40, deadline=None, suppress_health_check=[Healt
 
 
 def fragmented(c: Chooser, limits: tuple = (None, 120 * MINUTE), enforce_time_limits: bool = True,
-               movers_in_plan_order: bool = True):
+               movers_in_plan_order: bool = True, quota_held_reserves_free_nodes: bool = False):
     """A 4-node cell (two racks) of 8-GPU nodes; 10-16 small jobs of teams a and b, then 2-4 gangs of whole nodes.
     The small jobs' time limits are one of `limits`; without `enforce_time_limits` a job may run past its own;
-    without `movers_in_plan_order`, moved jobs are admitted again in queue order (gangway-6)."""
+    without `movers_in_plan_order`, moved jobs are admitted again in queue order (gangway-6); with
+    `quota_held_reserves_free_nodes`, a gang its quota holds back reserves nodes already free (gangway-8)."""
+    admission = {"movers_in_plan_order": movers_in_plan_order,
+                 "quota_held_reserves_free_nodes": quota_held_reserves_free_nodes}
     inputs = []
     for i in range(c.int(10, 16)):
         inputs.append({"at": c.int(0, 4) * MINUTE, "submit": {
@@ -45,7 +48,7 @@ def fragmented(c: Chooser, limits: tuple = (None, 120 * MINUTE), enforce_time_li
         "policy": {"preemption": {"consolidate": True, "min_runtime": c.one(["0s", "2m"]),
                                   "checkpoint_grace": c.one(["0s", "1m"])},
                    "recovery": {"enforce_time_limits": enforce_time_limits},
-                   **({} if movers_in_plan_order else {"admission": {"movers_in_plan_order": False}})},
+                   "admission": admission},
         "agents": {"checkpoint_every": c.one(["5m", None]), "checkpoint_delay": "20s"},
         "tick": "30s", "until": "150m", "inputs": sorted(inputs, key=lambda i: i["at"]),
     }, "fragmented cell")
@@ -155,7 +158,9 @@ MOVED_JOB_BEHIND_RESERVATIONS = [
 
 
 def test_moved_jobs_are_admitted_again_in_the_order_their_move_planned():
-    log = run(fragmented(Replayed(MOVED_JOB_BEHIND_RESERVATIONS)), observers=[Invariants()]).cell.log
+    """The case's reservations are held by gangs their quota holds back, on nodes already free (gangway-8's rule)."""
+    log = run(fragmented(Replayed(MOVED_JOB_BEHIND_RESERVATIONS), quota_held_reserves_free_nodes=True),
+              observers=[Invariants()]).cell.log
     assert moves_and_overtakes(log) == (2, [])
     admitted = [e.job_id for e in log if isinstance(e, m.JobAdmitted) and e.job_id in ("s6", "s11")]
     assert admitted[-2:] == ["s11", "s6"]
@@ -163,7 +168,8 @@ def test_moved_jobs_are_admitted_again_in_the_order_their_move_planned():
 
 def test_in_queue_order_an_earlier_mover_takes_the_room_planned_for_another():
     """gangway-6, which admitted moved jobs in queue order, on the same case."""
-    log = run(fragmented(Replayed(MOVED_JOB_BEHIND_RESERVATIONS), movers_in_plan_order=False)).cell.log
+    log = run(fragmented(Replayed(MOVED_JOB_BEHIND_RESERVATIONS), movers_in_plan_order=False,
+                         quota_held_reserves_free_nodes=True)).cell.log
     assert moves_and_overtakes(log) == (2, ["s7 before moved s11", "s12 before moved s11"])
 
 

@@ -6,6 +6,8 @@ No failures, no start-up, checkpoint or restart costs (conftest.QUIET); the cloc
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from services.policies import CATALOGUE, UnknownPolicy, policy, resolve
@@ -215,12 +217,18 @@ def test_time_sharing_waits_for_finished_jobs_to_show_it_pays(traces, spread):
 
 def test_gangway_consolidates_and_packs_racks_and_earlier_versions_still_resolve_without():
     gangway = policy("gangway")
-    assert gangway.version == "gangway-8"
+    assert gangway.version == "gangway-9"
     assert gangway.placement.pack_domains and gangway.preemption.prefer_one_rack
     assert gangway.preemption.consolidate and gangway.admission.movers_in_plan_order
     assert gangway.admission.quiet_cycles_reserve
+    assert gangway.admission.replan_reservations and not gangway.admission.quota_held_reserves_free_nodes
+    eight = resolve("gangway-8")
+    assert not eight.admission.replan_reservations and eight.admission.quota_held_reserves_free_nodes
+    assert eight.admission == replace(gangway.admission, replan_reservations=False, quota_held_reserves_free_nodes=True)
+    assert (eight.placement, eight.preemption, eight.recovery) == (gangway.placement, gangway.preemption, gangway.recovery)
     seven = resolve("gangway-7")
     assert not seven.admission.quiet_cycles_reserve and seven.admission.movers_in_plan_order
+    assert seven.admission == replace(eight.admission, quiet_cycles_reserve=False)
     assert (seven.placement, seven.preemption, seven.recovery) == (gangway.placement, gangway.preemption, gangway.recovery)
     six = resolve("gangway-6")
     assert not six.admission.movers_in_plan_order and not six.admission.quiet_cycles_reserve
@@ -236,8 +244,8 @@ def test_gangway_consolidates_and_packs_racks_and_earlier_versions_still_resolve
 
 def test_a_catalogue_name_takes_knobs_as_its_version_does_and_resolves_back():
     named = resolve("gangway+admission.backfill=false")
-    assert named == resolve("gangway-8+admission.backfill=false")
-    assert named.version == "gangway-8+admission.backfill=false" and resolve(named.version) == named
+    assert named == resolve("gangway-9+admission.backfill=false")
+    assert named.version == "gangway-9+admission.backfill=false" and resolve(named.version) == named
     assert resolve('kueue-like+preemption.min_runtime="5m"').preemption.min_runtime_ms == 300_000
     with pytest.raises(UnknownPolicy, match="unknown knob policy.admission.foo"):
         resolve("gangway+admission.foo=1")
