@@ -6,7 +6,7 @@ simulator (or a what-if replay) runs the very same deciders under another policy
 
 | name | what it models | knobs that differ from `gangway` |
 | --- | --- | --- |
-| `gangway` | quota lending and borrowing in a cohort, fair share, within-nominal work first, no team's waiting head delayed by its team's later work, backfill around up to 4 aged reservations (a gang drains capacity for itself only while it needs at most half its GPU type; a reservation on a node out of service is planned again on nodes in service; a gang its quota holds back reserves no nodes while its GPUs are free in number), topology-aware best-fit placement that packs racks (of equally tight nodes, the fullest rack's), checkpoint-aware reclaim preemption that holds what it frees for its gang and makes room in one rack when victims no more protected allow it, consolidation (a gang its quota admits whose free GPUs are scattered gets whole nodes by moving smaller jobs that fit elsewhere, admitted again in the order the move planned), a run past its time limit ends (Slurm's TimeLimit), workers not all started 5 min after admission are requeued (Kueue's waitForPodsReady) | none |
+| `gangway` | quota lending and borrowing in a cohort, fair share, within-nominal work first, no team's waiting head delayed by its team's later work, backfill around up to 4 aged reservations (a gang drains capacity for itself only while it needs at most half its GPU type; a reservation on a node out of service is planned again on nodes in service; a gang its quota holds back reserves no nodes while its GPUs are free in number; a bigger gang reserves nodes once it has waited 7 days), topology-aware best-fit placement that packs racks (of equally tight nodes, the fullest rack's), checkpoint-aware reclaim preemption that holds what it frees for its gang and makes room in one rack when victims no more protected allow it, consolidation (a gang its quota admits whose free GPUs are scattered gets whole nodes by moving smaller jobs that fit elsewhere, admitted again in the order the move planned), a run past its time limit ends (Slurm's TimeLimit), workers not all started 5 min after admission are requeued (Kueue's waitForPodsReady) | none |
 | `fifo` | one strict FIFO queue of gangs: the head blocks everything behind it | no fair share, no within-nominal ordering, no backfill, no preemption |
 | `static` | a static partition: each team confined to its nominal quota, nothing lent | no borrowing, no preemption |
 | `kueue-like` | Kueue with BestEffortFIFO queues: lending, borrowing, reclaim and priority preemption, no topology or checkpoint awareness, one admission per queue per cycle | no fair share, no reservations, no protected queue heads, topology-blind first-fit placement, victims newest first with no checkpoint grace, no minimum runtime, 1 admission per team per cycle |
@@ -83,7 +83,8 @@ CATALOGUE: dict[str, Policy] = {
 
 #: Earlier versions of the catalogue's policies: decisions recorded under them still resolve (verify, what-if).
 _GANGWAY_8 = replace(GANGWAY, version="gangway-8", admission=replace(GANGWAY.admission, replan_reservations=False,
-                                                                      quota_held_reserves_free_nodes=True))
+                                                                      quota_held_reserves_free_nodes=True,
+                                                                      big_gangs_reserve_after_ms=None))
 _GANGWAY_7 = replace(_GANGWAY_8, version="gangway-7",
                      admission=replace(_GANGWAY_8.admission, quiet_cycles_reserve=False))
 _GANGWAY_6 = replace(_GANGWAY_7, version="gangway-6",
@@ -96,8 +97,9 @@ _GANGWAY_3 = replace(_GANGWAY_4, version="gangway-3", placement=replace(GANGWAY.
 _GANGWAY_2 = replace(_GANGWAY_3, version="gangway-2",
                      recovery=replace(GANGWAY.recovery, enforce_time_limits=False, start_timeout_ms=None))
 EARLIER: dict[str, Policy] = {
-    # before a reservation holding a node out of service was planned again on nodes in service, and while a gang its
-    # quota held back reserved nodes even with its GPUs free in number (other teams' work kept off idle nodes)
+    # before a reservation holding a node out of service was planned again on nodes in service, while a gang its
+    # quota held back reserved nodes even with its GPUs free in number (other teams' work kept off idle nodes), and
+    # while a gang bigger than half its GPU type never reserved nodes, however long it waited
     "gangway-8": _GANGWAY_8,
     # before a quiet cycle let a gang reserve nodes whatever gangs of its size it had looked at first: the walk
     # over groups of equal needs and the walk over every gang could part on whether it reserved

@@ -30,12 +30,14 @@ class Policy:
 #: those moves count on is kept for them until they have left (gangway-5 did not keep it), and the moved jobs are
 #: admitted again in the order the move's plan placed them (gangway-6 admitted them in queue order); a quiet cycle
 #: asks each gang it looks at whether it may reserve, whatever gangs of its size it looked at first (gangway-7 did not).
-#: gangway-9: a reservation holding a node out of service is planned again on nodes in service, and a gang its quota
-#: holds back reserves no nodes while its GPUs are free in number (gangway-8 waited for the node to come back, and
-#: kept other teams' work, within their nominal quota included, off idle nodes for such a gang).
+#: gangway-9: a reservation holding a node out of service is planned again on nodes in service, a gang its quota
+#: holds back reserves no nodes while its GPUs are free in number, and a gang bigger than half its GPU type reserves
+#: nodes once it has waited 7 days (gangway-8 waited for the node to come back, kept other teams' work, within their
+#: nominal quota included, off idle nodes for such a gang, and let a stream of smaller work starve a big gang).
 DEFAULT_POLICY = Policy(version="gangway-9", recovery=RecoveryPolicy(enforce_time_limits=True,
                                                                       start_timeout_ms=5 * 60_000),
                         admission=AdmissionPolicy(movers_in_plan_order=True, quiet_cycles_reserve=True,
-                                                  replan_reservations=True, quota_held_reserves_free_nodes=False),
+                                                  replan_reservations=True, quota_held_reserves_free_nodes=False,
+                                                  big_gangs_reserve_after_ms=7 * 24 * 3_600_000),
                         placement=PlacementPolicy(pack_domains=True),
                         preemption=PreemptionPolicy(prefer_one_rack=True, consolidate=True, keep_room_for_moves=True))

@@ -26,11 +26,13 @@ class AdmissionPolicy:
     max_drain_share: float = 0.5
     #: A gang bigger than `max_drain_share` may reserve nodes too once it has waited this long (Slurm's backfill
     #: reserves for the job that has waited longest, whatever its size), so no stream of smaller work that keeps
-    #: enough from freeing at once starves it; None (gangway-8): never, it starts only when enough frees on its own.
+    #: enough from freeing at once starves it; gangway-9: 7 days, Slurm's default PriorityMaxAge (past which a job's age
+    #: stops adding to its priority): a bound that fires only on a gang starved that long; None (gangway-8 and the
+    #: baselines): never, it starts only when enough frees on its own.
     big_gangs_reserve_after_ms: int | None = None
     #: A gang bigger than `max_drain_share` may reserve nodes once it has waited as long as their drain would take,
     #: by the time limits of the jobs on them (a ski-rental rule: the drain idles no more GPU-time than the gang has
-    #: already spent waiting); off (gangway-8): the drain's length does not matter.
+    #: already spent waiting); off (`gangway`): the drain's length does not matter.
     big_gangs_reserve_on_known_drain: bool = False
     #: Within a team and priority, gangs that have received less GPU-time go first (Tiresias' discretised
     #: least-attained-service queues; projections/jobs.py service_band), then submit order.

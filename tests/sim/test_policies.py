@@ -222,9 +222,11 @@ def test_gangway_consolidates_and_packs_racks_and_earlier_versions_still_resolve
     assert gangway.preemption.consolidate and gangway.admission.movers_in_plan_order
     assert gangway.admission.quiet_cycles_reserve
     assert gangway.admission.replan_reservations and not gangway.admission.quota_held_reserves_free_nodes
+    assert gangway.admission.big_gangs_reserve_after_ms == 7 * 24 * 3_600_000
     eight = resolve("gangway-8")
     assert not eight.admission.replan_reservations and eight.admission.quota_held_reserves_free_nodes
-    assert eight.admission == replace(gangway.admission, replan_reservations=False, quota_held_reserves_free_nodes=True)
+    assert eight.admission == replace(gangway.admission, replan_reservations=False, quota_held_reserves_free_nodes=True,
+                                      big_gangs_reserve_after_ms=None)
     assert (eight.placement, eight.preemption, eight.recovery) == (gangway.placement, gangway.preemption, gangway.recovery)
     seven = resolve("gangway-7")
     assert not seven.admission.quiet_cycles_reserve and seven.admission.movers_in_plan_order
