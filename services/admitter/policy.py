@@ -56,7 +56,7 @@ class AdmissionPolicy:
     quiet_cycles_reserve: bool = False
     #: A reservation drains the nodes expected to free first by the time limits of the jobs on them (Slurm's
     #: backfill plans a pending job's start so), a node with a job of no limit last, and of the domains that could
-    #: hold the gang the one whose nodes are expected free first; off (gangway-8): the nodes with the most GPUs free
+    #: hold the gang the one whose nodes are expected free first; off (`gangway`): the nodes with the most GPUs free
     #: now, and the domain with the fewest busy.
     reserve_earliest_free: bool = False
     #: A gang its quota holds back (its team's nominal fits it, the pool has nothing left) may reserve nodes even while

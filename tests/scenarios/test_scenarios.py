@@ -111,5 +111,5 @@ def test_without_the_week_bound_the_big_gang_still_waits_at_day_20(tmp_path):
     text = (HERE / "big_gang_waits_at_most_a_week.yaml").read_text()
     outcome = run_file(_write(tmp_path, text.replace("tick: 10m", "policy: {admission: {big_gangs_reserve_after: null}}\ntick: 10m")))
     assert [r.describe() for r in outcome.unmet] == [
-        "at 168h20m: job=big, reason=HOLDS_RESERVATION, logged=JobQueued, count=1",
+        "at 180h: job=big, reason=HOLDS_RESERVATION, logged=JobQueued, count=1",
         "at 264h30m: job=big, state=running", "at end: job=big, state=succeeded"]

@@ -6,11 +6,13 @@ No failures, no start-up, checkpoint or restart costs (conftest.QUIET); the cloc
 
 from __future__ import annotations
 
-from dataclasses import replace
+import json
+from dataclasses import asdict, replace
+from pathlib import Path
 
 import pytest
 
-from services.policies import CATALOGUE, UnknownPolicy, policy, resolve
+from services.policies import CATALOGUE, EARLIER, UnknownPolicy, policy, resolve
 from services.policy import Policy
 from tests.sim.conftest import H, queue_s, run, write_trace
 
@@ -242,6 +244,15 @@ def test_gangway_consolidates_and_packs_racks_and_earlier_versions_still_resolve
     earlier = resolve("gangway-3")
     assert not earlier.placement.pack_domains and not earlier.preemption.prefer_one_rack
     assert earlier.recovery == gangway.recovery and earlier.admission == six.admission
+
+
+def test_earlier_versions_resolve_to_the_knobs_their_logs_were_decided_under():
+    """Every earlier version, field for field, as frozen when it was the default or after (earlier_policies.json):
+    a log recorded under one verifies only while it resolves the same. A new default adds its predecessor there."""
+    frozen = json.loads((Path(__file__).parent / "earlier_policies.json").read_text())
+    assert sorted(EARLIER) == sorted(frozen)
+    for name, knobs in frozen.items():
+        assert asdict(resolve(name)) == knobs, name
 
 
 def test_a_catalogue_name_takes_knobs_as_its_version_does_and_resolves_back():
