@@ -107,7 +107,7 @@ def test_the_documented_example_runs_and_meets_its_expectations():
 
 def test_without_the_week_bound_the_big_gang_still_waits_at_day_20(tmp_path):
     """gangway-8's rule (`admission.big_gangs_reserve_after_ms` None) on big_gang_waits_at_most_a_week.yaml: b's
-    stream keeps 3 nodes from freeing at once, so the big gang never reserves and never starts."""
+    stream keeps 3 nodes from freeing at once, so in the scenario's 20 days the big gang never reserves nor starts."""
     text = (HERE / "big_gang_waits_at_most_a_week.yaml").read_text()
     outcome = run_file(_write(tmp_path, text.replace("tick: 10m", "policy: {admission: {big_gangs_reserve_after: null}}\ntick: 10m")))
     assert [r.describe() for r in outcome.unmet] == [
