@@ -359,19 +359,22 @@ def _job_queued(state: CellState, e: m.JobQueued, offset: int) -> None:
     job = state.jobs.get(e.job_id)
     if job is None or job.state is not JobState.QUEUED:
         return
-    if not (job.reserved_nodes or e.reserved_nodes or job.has_hold):
+    # The admitter reserves nodes of the cell, each once; a record naming others (another writer's) reserves those
+    # alone: a node the cell does not have would never drain, and never be planned again.
+    nodes = state.cluster.nodes
+    reserved = tuple(dict.fromkeys(name for name in e.reserved_nodes if name in nodes))
+    if not (job.reserved_nodes or reserved or job.has_hold):
         state.restated += 1  # only its reason and its notes change (a holder's reason tells what its hold is for)
     _decided_about(state, e, offset)
     _note(job, e, offset)
     _drop_reservation(state, job)
-    if e.reserved_nodes:
-        job.reserved_nodes = tuple(e.reserved_nodes)
+    if reserved:
+        job.reserved_nodes = reserved
         job.reserved_since = _at(state, e)
-        state.reservations[job.job_id] = job.reserved_nodes
-        for name in e.reserved_nodes:
-            if name in state.cluster.nodes:
-                state.cluster.nodes[name].reserved_for = job.job_id
-                state.cluster.changed.add(name)
+        state.reservations[job.job_id] = reserved
+        for name in reserved:
+            nodes[name].reserved_for = job.job_id
+            state.cluster.changed.add(name)
 
 
 def _job_admitted(state: CellState, e: m.JobAdmitted, offset: int) -> None:

@@ -252,3 +252,23 @@ def test_an_audit_of_a_live_cell_without_a_broker_says_so_in_one_line(capsys):
                          "--bootstrap-servers", "127.0.0.1:1")
     assert code == 1 and line.startswith("gangway replay state: no Kafka broker answers at 127.0.0.1:1")
     assert line.endswith("or read an exported log with --log FILE)")
+
+
+@pytest.mark.parametrize("named, kept", [(["nope"], None), (["n2", "nope", "x" * 300, "n2"], ("n2",))])
+def test_a_reservation_naming_nodes_the_cell_lacks_reserves_only_the_cell_s_own(named, kept):
+    """Another writer's JobQueued may name nodes the cell does not have, or one twice: the fold reserves the cell's
+    own nodes, each once. A node it lacks would never drain nor be planned again, and the gang holding it would
+    never reserve nodes that do."""
+    from events import models as m
+    from replay.runner import VirtualCell
+    from tests.builders import env, job, node, quota, team, tick, topology
+
+    cell = VirtualCell(cell="test-cell")
+    for event in (topology("rack"), node("n1"), node("n2"), team("nlp"), quota("nlp", 100), tick(0),
+                  job("r1", workers=2, gpus=8, at=1), job("big", workers=2, gpus=8, at=2)):
+        cell.append(event)
+    forged = env(3, "admitter", "forged").model_copy(update={"reason": m.Reason.HOLDS_RESERVATION})
+    cell.append(m.JobQueued(envelope=forged, job_id="big", team="nlp", reserved_nodes=named))
+    assert cell.state.reservations.get("big") == kept
+    assert cell.state.jobs["big"].reserved_nodes == (kept or ())
+    assert [n for n, node_ in sorted(cell.state.cluster.nodes.items()) if node_.reserved_for == "big"] == list(kept or [])
