@@ -181,8 +181,7 @@ class CellState:
             needs, rank = job.needs(), job.rank_key()
             insort(self.queued_by_needs.setdefault(needs, []), (rank, job.job_id))
             self.needs_by_team.setdefault(needs[0], set()).add(needs)
-            limit, back = job.time_limit_ms, job.not_before
-            since = job.submitted_at if job.submitted_at > back else back
+            limit, back, since = job.time_limit_ms, job.not_before, job.waiting_since
             self._queued[job.job_id] = Queued(needs, rank, job.reason, limit, back, since)
             _count(self.queued_reasons, needs, job.reason, 1)
             _count(self.queued_limits, needs, limit, 1)

@@ -147,6 +147,11 @@ class Job:
         return self.state in ENDED
 
     @property
+    def waiting_since(self) -> int:
+        """When its current wait began: its submission, or the end of its back-off (what its wait is counted from)."""
+        return self.submitted_at if self.submitted_at > self.not_before else self.not_before
+
+    @property
     def has_hold(self) -> bool:
         """Whether capacity is held for this gang (CapacityHeld)."""
         return self.hold_until is not None

@@ -190,7 +190,7 @@ class CellFold:
         series[what] += 1
         hours.add(hour)
         if isinstance(event, m.JobAdmitted):
-            wait = max(0, event.envelope.at - max(job.submitted_at, job.not_before))
+            wait = max(0, event.envelope.at - job.waiting_since)
             series["queue_wait_ms"] += wait
             metrics = self.metrics
             metrics["admissions"][job.team] = metrics["admissions"].get(job.team, 0) + 1

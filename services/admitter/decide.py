@@ -560,18 +560,13 @@ def _may_reserve(state: CellState, now: int, policy: AdmissionPolicy, reservatio
                  reserved_by: dict[str, str], waits: list[int] | None, job: Job) -> bool:
     """Whether a blocked gang may hold nodes, if there are nodes to drain for it; `waits` receives when it will
     have waited long enough, if it has not yet."""
-    since = _waiting_since(job)
+    since = job.waiting_since
     if now - since < policy.reservation_after_ms:
         if waits is not None:
             waits.append(since + policy.reservation_after_ms)
         return False
     return (len(reservations) < policy.max_reservations and _may_drain(state, job, policy, now, reserved_by, waits)
             and _first_of_kind(state, job, reservations, now))
-
-
-def _waiting_since(job: Job) -> int:
-    """When the gang's current wait began: its submission, or the end of its back-off."""
-    return max(job.submitted_at, job.not_before)
 
 
 def _plan(state: CellState, job: Job, others: dict[str, str], policy: AdmissionPolicy, now: int) -> list[str]:
@@ -587,7 +582,7 @@ def _may_drain(state: CellState, job: Job, policy: AdmissionPolicy, now: int, ot
     gang will have waited long enough on this state."""
     if may_drain(state, job, policy.max_drain_share):
         return True
-    since = _waiting_since(job)
+    since = job.waiting_since
     after = policy.big_gangs_reserve_after_ms
     if after is not None:
         if now - since >= after:

@@ -210,7 +210,7 @@ def _priority_of(member: tuple[tuple, str]) -> int:
 
 
 def _waited_enough(job: Job, now: int, wait_ms: int) -> bool:
-    return job.state is JobState.QUEUED and job.not_before <= now and now - max(job.submitted_at, job.not_before) >= wait_ms
+    return job.state is JobState.QUEUED and job.not_before <= now and now - job.waiting_since >= wait_ms
 
 
 def preempt_for(state: CellState, job: Job, ctx: Context, memo: dict | None = None,
