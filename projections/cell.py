@@ -21,6 +21,7 @@ class Queued(NamedTuple):
 
     needs: tuple  # its group in `queued_by_needs`
     rank: tuple  # its place in the group
+    by_deadline: tuple  # its place in the group of `queued_by_deadline`
     reason: Any  # its stated reason, as counted in `queued_reasons`
     limit: int | None  # its time limit
     back: int  # when it comes back from backing off (`not_before`)
@@ -58,6 +59,9 @@ class CellState:
     #: QUEUED jobs grouped by their needs (Job.needs), each group sorted by rank: admission looks at
     #: the first of each group instead of the whole queue
     queued_by_needs: dict[tuple, list[tuple[tuple, str]]] = field(default_factory=dict)
+    #: The same groups, each sorted by deadline rank (Job.deadline_rank): the order within a group when gangs go by
+    #: deadline (AdmissionPolicy.earliest_deadline_first)
+    queued_by_deadline: dict[tuple, list[tuple[tuple, str]]] = field(default_factory=dict)
     #: team -> the needs of its groups in `queued_by_needs` (a team's needs start with the team): where its queue
     #: head is found without going through every team's groups
     needs_by_team: dict[str, set[tuple]] = field(default_factory=dict)
@@ -165,6 +169,8 @@ class CellState:
             needs = queued.needs
             group = self.queued_by_needs[needs]
             del group[bisect_left(group, (queued.rank, job.job_id))]
+            soonest = self.queued_by_deadline[needs]
+            del soonest[bisect_left(soonest, (queued.by_deadline, job.job_id))]
             _count(self.queued_reasons, needs, queued.reason, -1)
             _count(self.queued_limits, needs, queued.limit, -1)
             if queued.limit is not None:
@@ -172,17 +178,18 @@ class CellState:
             _drop(self.queued_returns, queued.back)
             _drop(self.queued_since, queued.since)
             if not group:
-                del self.queued_by_needs[needs]
+                del self.queued_by_needs[needs], self.queued_by_deadline[needs]
                 team_needs = self.needs_by_team[needs[0]]
                 team_needs.discard(needs)
                 if not team_needs:
                     del self.needs_by_team[needs[0]]
         if state is JobState.QUEUED:
-            needs, rank = job.needs(), job.rank_key()
+            needs, rank, by_deadline = job.needs(), job.rank_key(), job.deadline_rank()
             insort(self.queued_by_needs.setdefault(needs, []), (rank, job.job_id))
+            insort(self.queued_by_deadline.setdefault(needs, []), (by_deadline, job.job_id))
             self.needs_by_team.setdefault(needs[0], set()).add(needs)
             limit, back, since = job.time_limit_ms, job.not_before, job.waiting_since
-            self._queued[job.job_id] = Queued(needs, rank, job.reason, limit, back, since)
+            self._queued[job.job_id] = Queued(needs, rank, by_deadline, job.reason, limit, back, since)
             _count(self.queued_reasons, needs, job.reason, 1)
             _count(self.queued_limits, needs, limit, 1)
             if limit is not None:
@@ -197,6 +204,10 @@ class CellState:
             since = job.running_since or 0
             insort(self.running_by_team.setdefault(job.team, []), (since, job.job_id))
             self._running_since[job.job_id] = (job.team, since)
+
+    def groups(self, by_deadline: bool) -> dict[tuple, list[tuple[tuple, str]]]:
+        """The queued gangs grouped by needs, each group in rank order or, `by_deadline`, in deadline order."""
+        return self.queued_by_deadline if by_deadline else self.queued_by_needs
 
     def queued_as(self, job_id: str) -> Queued | None:
         """How a queued job is indexed (None: it is not queued): its needs say its group, its rank its place in it."""

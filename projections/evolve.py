@@ -413,14 +413,15 @@ def _delays_a_reservation(state: CellState, job: Job, e: m.JobAdmitted, now: int
     """A backfill onto another gang's reserved nodes must end by its time limit before the reservation's shadow
     time. The admitter checked it on the state it decided on; a fact folded since (the reserved nodes' other work
     gone early, a new reservation) can make it false, and then the admission does not take effect. As for the
-    admitter, a gang may use the reserved nodes of a gang of its team that it outranks, and the nodes where
-    capacity is held for it (CapacityHeld)."""
+    admitter, a gang may use the reserved nodes of a gang of its team that it outranks, in either order (the fold
+    knows no policy: it takes what an admitter of either order let pass), and the nodes where capacity is held for
+    it (CapacityHeld)."""
     nodes = state.cluster.nodes
     mine = {name for _, name, _ in job.held}
     reserved = {holder for a in e.assignments
                 if a.node in nodes and a.node not in mine and (holder := nodes[a.node].reserved_for) is not None}
     for holder in sorted(reserved - {job.job_id}):
-        if outranks(job, state.jobs.get(holder)):
+        if outranks(job, state.jobs.get(holder)) or outranks(job, state.jobs.get(holder), by_deadline=True):
             continue
         shadow = shadow_time(state, state.reservations.get(holder, ()), now, frozenset({job.job_id}))
         if not ends_before(job, now, shadow):

@@ -37,6 +37,11 @@ FIRST_BAND_GPU_MS = 3_600_000
 LAST_BAND = 4
 
 
+#: A gang without a time limit is ordered, when gangs go by deadline (AdmissionPolicy.earliest_deadline_first), as
+#: if it had asked for 7 days (Slurm's default PriorityMaxAge): gangs submitted up to a week after it may pass it.
+NO_LIMIT_DEADLINE_MS = 7 * 24 * 3_600_000
+
+
 def service_band(gpu_ms: int) -> int:
     """The least-attained-service band of a job that has received `gpu_ms` GPU-milliseconds."""
     band, limit = 0, FIRST_BAND_GPU_MS
@@ -199,3 +204,14 @@ class Job:
     def rank_key(self) -> tuple[int, int, int, str]:
         """Order within a team: priority first, then submit order (log offset breaks ties exactly)."""
         return (-self.priority, self.submitted_at, self.submit_offset, self.job_id)
+
+    @property
+    def deadline(self) -> int:
+        """The end it asked for had it started at once: its submission plus its time limit (NO_LIMIT_DEADLINE_MS
+        without one)."""
+        return self.submitted_at + (self.time_limit_ms if self.time_limit_ms is not None else NO_LIMIT_DEADLINE_MS)
+
+    def deadline_rank(self) -> tuple[int, int, int, str]:
+        """Order within a team when gangs go by deadline: priority first, then the earliest deadline, then submit
+        order."""
+        return (-self.priority, self.deadline, self.submit_offset, self.job_id)

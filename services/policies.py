@@ -82,9 +82,10 @@ CATALOGUE: dict[str, Policy] = {
 
 
 #: Earlier versions of the catalogue's policies: decisions recorded under them still resolve (verify, what-if).
-_GANGWAY_8 = replace(GANGWAY, version="gangway-8", admission=replace(GANGWAY.admission, replan_reservations=False,
-                                                                      quota_held_reserves_free_nodes=True,
-                                                                      big_gangs_reserve_after_ms=None))
+_GANGWAY_9 = replace(GANGWAY, version="gangway-9", admission=replace(GANGWAY.admission, earliest_deadline_first=False))
+_GANGWAY_8 = replace(_GANGWAY_9, version="gangway-8", admission=replace(_GANGWAY_9.admission, replan_reservations=False,
+                                                                        quota_held_reserves_free_nodes=True,
+                                                                        big_gangs_reserve_after_ms=None))
 _GANGWAY_7 = replace(_GANGWAY_8, version="gangway-7",
                      admission=replace(_GANGWAY_8.admission, quiet_cycles_reserve=False))
 _GANGWAY_6 = replace(_GANGWAY_7, version="gangway-6",
@@ -97,6 +98,8 @@ _GANGWAY_3 = replace(_GANGWAY_4, version="gangway-3", placement=replace(GANGWAY.
 _GANGWAY_2 = replace(_GANGWAY_3, version="gangway-2",
                      recovery=replace(GANGWAY.recovery, enforce_time_limits=False, start_timeout_ms=None))
 EARLIER: dict[str, Policy] = {
+    # before gangs of a team went by deadline (submission plus time limit): in submit order
+    "gangway-9": _GANGWAY_9,
     # before a reservation holding a node out of service was planned again on nodes in service, while a gang its
     # quota held back reserved nodes even with its GPUs free in number (other teams' work kept off idle nodes), and
     # while a gang bigger than half its GPU type never reserved nodes, however long it waited

@@ -34,10 +34,13 @@ class Policy:
 #: holds back reserves no nodes while its GPUs are free in number, and a gang bigger than half its GPU type reserves
 #: nodes once it has waited 7 days (gangway-8 waited for the node to come back, kept other teams' work, within their
 #: nominal quota included, off idle nodes for such a gang, and let a stream of smaller work starve a big gang).
-DEFAULT_POLICY = Policy(version="gangway-9", recovery=RecoveryPolicy(enforce_time_limits=True,
+#: gangway-10: within a team, gangs go by deadline (submission plus time limit), earliest first (gangway-9: by
+#: submission).
+DEFAULT_POLICY = Policy(version="gangway-10", recovery=RecoveryPolicy(enforce_time_limits=True,
                                                                       start_timeout_ms=5 * 60_000),
                         admission=AdmissionPolicy(movers_in_plan_order=True, quiet_cycles_reserve=True,
                                                   replan_reservations=True, quota_held_reserves_free_nodes=False,
-                                                  big_gangs_reserve_after_ms=7 * 24 * 3_600_000),
+                                                  big_gangs_reserve_after_ms=7 * 24 * 3_600_000,
+                                                  earliest_deadline_first=True),
                         placement=PlacementPolicy(pack_domains=True),
                         preemption=PreemptionPolicy(prefer_one_rack=True, consolidate=True, keep_room_for_moves=True))

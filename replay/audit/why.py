@@ -128,8 +128,8 @@ def _not_waiting(state: CellState, job: Job) -> str:
 
 def constraints(state: CellState, job: Job, policy: Policy, estimate: Estimate | None) -> list[str]:
     """Every constraint on the gang, with the numbers of the folded state."""
-    return [line for line in (_shape(job), _capacity(state, job), _reserved(state, job), _quota(state, job, policy),
-                              _making_room(state, job), _placement(state, job, policy),
+    return [line for line in (_shape(job), _capacity(state, job), _reserved(state, job, policy),
+                              _quota(state, job, policy), _making_room(state, job), _placement(state, job, policy),
                               _queue(state, job, policy, estimate)) if line]
 
 
@@ -168,8 +168,8 @@ def _capacity(state: CellState, job: Job) -> str:
     return out
 
 
-def _reserved(state: CellState, job: Job) -> str:
-    excluded = set(off_limits(state, job, state.now))
+def _reserved(state: CellState, job: Job, policy: Policy) -> str:
+    excluded = set(off_limits(state, job, state.now, by_deadline=policy.admission.earliest_deadline_first))
     nodes = state.cluster.nodes
     held = [n for n in sorted(excluded) if n in nodes and nodes[n].gpu_type == job.gpu_type]
     own = state.reservations.get(job.job_id)
@@ -214,7 +214,8 @@ def _making_room(state: CellState, job: Job) -> str:
 
 def _placement(state: CellState, job: Job, policy: Policy) -> str:
     view = CapacityView(state.cluster)
-    outcome = place_gang(view, job, job.workers, policy.placement, off_limits(state, job, state.now))
+    outcome = place_gang(view, job, job.workers, policy.placement,
+                         off_limits(state, job, state.now, by_deadline=policy.admission.earliest_deadline_first))
     if isinstance(outcome, Placement):
         nodes = sorted({n for _, n, _ in outcome.assignments})
         where = f" in {outcome.domain}" if outcome.domain else ""

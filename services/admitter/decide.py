@@ -250,7 +250,7 @@ def admission_cycle(state: CellState, ctx: Context, only: Job | None = None, ref
     `compared` receives the times besides those of waiting gangs and holds that the cycle compared `now` with;
     `waits`, when each gang asked about a reservation too early will have waited long enough for one."""
     policy = ctx.policy.admission
-    now = ctx.now
+    now, by_deadline = ctx.now, policy.earliest_deadline_first
     quiet = not refresh and only is None and policy.backfill
     view = CapacityView(state.cluster)
     usage = PooledUsage(state.tenancy.committed())
@@ -273,7 +273,7 @@ def admission_cycle(state: CellState, ctx: Context, only: Job | None = None, ref
             shadows.pop(holder, None)
     if ctx.policy.preemption.keep_room_for_moves:
         _keep_room_for_movers(state, view, ctx,
-                              lambda mover: excluded_nodes(reservations, mover, now, shadows, state.jobs))
+                              lambda mover: excluded_nodes(reservations, mover, now, shadows, state.jobs, by_deadline))
     # GPUs of each type free now, with those held for waiting gangs (the holders may use them)
     free = {t: view.free_gpus(t) + _held_free(state, t, held) for t in state.cluster.gpu_types()} if (
         only is None) else {}
@@ -281,11 +281,12 @@ def admission_cycle(state: CellState, ctx: Context, only: Job | None = None, ref
         order = WaitingGangs(state, now, _alone, [[(None, only.job_id)]])
     else:
         order = WaitingGangs.of(state, now, order_key(state, policy),
-                                lambda job: not quiet or job.min_gpus <= free.get(job.gpu_type, 0) or job.has_hold)
+                                lambda job: not quiet or job.min_gpus <= free.get(job.gpu_type, 0) or job.has_hold,
+                                by_deadline)
 
     admissible = partial(_admissible, state, ctx, view, usage, reservations, shadows)
     guard = Guard(state, now, policy.borrowing, view.free_gpus, usage, admissible, reservations, held,
-                  policy.max_drain_share, least_attained_service(state, policy)) if (
+                  policy.max_drain_share, least_attained_service(state, policy), by_deadline) if (
         policy.protect_queue_heads and policy.backfill) else None
     admitted_per_team: dict[str, int] = {}
     # The smallest gang of each (GPU type, GPUs per worker) that found no room: bigger ones won't either.
@@ -364,7 +365,8 @@ def admission_cycle(state: CellState, ctx: Context, only: Job | None = None, ref
         if (blocker is not None and not may_reserve(job) and no_more_room(job) is None
                 and _ends_no_sooner(state, job) is None):
             if shortcut:
-                short = view.shortage(job, most, excluded_nodes(reservations, job, now, shadows, state.jobs))
+                short = view.shortage(job, most,
+                                      excluded_nodes(reservations, job, now, shadows, state.jobs, by_deadline))
                 if short is not None and short.reason is Reason.INSUFFICIENT_FREE_GPUS:
                     no_room[key_] = min(no_room.get(key_, fewest), fewest)
             refuse(job, Reason.WOULD_DELAY_QUEUE_HEAD, _delay_detail(blocker, now))
@@ -373,7 +375,7 @@ def admission_cycle(state: CellState, ctx: Context, only: Job | None = None, ref
             outcome: Placement | Unplaceable = Unplaceable(
                 Reason.INSUFFICIENT_FREE_GPUS, f"no room for {fewest * job.gpus_per_worker} {job.gpu_type} GPUs now")
         else:
-            excluded = excluded_nodes(reservations, job, now, shadows, state.jobs)
+            excluded = excluded_nodes(reservations, job, now, shadows, state.jobs, by_deadline)
             # Its held GPUs are its own, even on nodes reserved for another gang; the rest of such a node is not.
             mine = _held_on(job, excluded) if holds else {}
             if mine:
@@ -516,7 +518,7 @@ def _admissible(state: CellState, ctx: Context, view: CapacityView, usage: Poole
     most, fit = quota_fit(state.tenancy, job, policy.admission.borrowing, usage)
     if job.not_before > now or not fit.fits:
         return False
-    excluded = excluded_nodes(reservations, job, now, shadows, state.jobs)
+    excluded = excluded_nodes(reservations, job, now, shadows, state.jobs, policy.admission.earliest_deadline_first)
     return isinstance(place_gang(view, job, most, policy.placement, excluded), Placement)
 
 
@@ -566,7 +568,7 @@ def _may_reserve(state: CellState, now: int, policy: AdmissionPolicy, reservatio
             waits.append(since + policy.reservation_after_ms)
         return False
     return (len(reservations) < policy.max_reservations and _may_drain(state, job, policy, now, reserved_by, waits)
-            and _first_of_kind(state, job, reservations, now))
+            and _first_of_kind(state, job, reservations, now, policy.earliest_deadline_first))
 
 
 def _plan(state: CellState, job: Job, others: dict[str, str], policy: AdmissionPolicy, now: int) -> list[str]:
@@ -650,9 +652,11 @@ def _delay_detail(blocker: HeadStart, now: int) -> str:
             f"({head.min_gpus} {head.gpu_type} GPUs); only work that ends by then, or leaves it room, may pass it")
 
 
-def _first_of_kind(state: CellState, job: Job, reservations: dict[str, tuple[str, ...]], now: int) -> bool:
-    """No gang of equal needs holds a reservation or ranks before `job` among those not backing off."""
-    members = state.queued_by_needs.get(job.needs(), ())
+def _first_of_kind(state: CellState, job: Job, reservations: dict[str, tuple[str, ...]], now: int,
+                   by_deadline: bool) -> bool:
+    """No gang of equal needs holds a reservation or ranks before `job` (`by_deadline`: by deadline) among those not
+    backing off."""
+    members = state.groups(by_deadline).get(job.needs(), ())
     for _, other in members:
         if other == job.job_id:
             return not any(holder in reservations for _, holder in members)

@@ -37,6 +37,13 @@ class AdmissionPolicy:
     #: Within a team and priority, gangs that have received less GPU-time go first (Tiresias' discretised
     #: least-attained-service queues; projections/jobs.py service_band), then submit order.
     least_attained_service: bool = False
+    #: Within a team, priority and service band, gangs go by deadline: their submission plus their time limit (the
+    #: end each asked for had it started at once; a gang without a limit counts as 7 days, projections/jobs.py),
+    #: earliest first, then submit order. Earliest deadline first with deadlines a stretch of the asked-for time after
+    #: submission (Bender et al. 1998) favours short work as shortest-job-first does, yet bounds how long a gang
+    #: waits for work that came after it: none submitted more than its time limit later passes it. It rewards a
+    #: tight time limit, which Gangway enforces. Off (`gangway-9` and the baselines): submit order.
+    earliest_deadline_first: bool = False
     #: Above 0, least attained service (this order) and preemption's time-sharing (whether or not the order is on)
     #: apply only while the GPU-time the cell's succeeded jobs received varies more than this coefficient of
     #: variation, once at least LAS_SAMPLES of them have ended. Least attained service beats first come, first

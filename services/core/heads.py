@@ -1,6 +1,6 @@
 """Queue heads and their expected start: what lower-ranked work may not delay (Slurm's backfill guarantee).
 
-A gang that heads its team's queue (the first of the team's waiting gangs by priority and submit order) has an
+A gang that heads its team's queue (the first of the team's waiting gangs by priority and queue order) has an
 expected start: now if it is admissible now (its quota fits and it has a placement); otherwise the earliest later time at
 which, as the work holding GPUs and quota of its type gives them back by its time limits (a gang being
 preempted: by its checkpoint deadline; work past its limit: now), its GPU type has room for its smallest
@@ -273,13 +273,14 @@ def expected_start(tenancy: Tenancy, head: Job, now: int, free: int, usage: Usag
         at = released[i][0]
 
 
-def team_head(state: CellState, team: str, skip: Container[str] = frozenset(), las: bool = False) -> Job | None:
+def team_head(state: CellState, team: str, skip: Container[str] = frozenset(), las: bool = False,
+              by_deadline: bool = False) -> Job | None:
     """The team's first waiting gang by priority, service band (with `las`: least attained service first) and
-    submit order (backing off or not), other than `skip`."""
+    submit order (`by_deadline`: deadline, then submit order), backing off or not, other than `skip`."""
     best: tuple | None = None
     for needs in state.needs_by_team.get(team, ()):  # the first by a key that names the job: any order will do
         band = needs[-1] if las else 0  # a group's gangs share their band (Job.needs)
-        for rank, job_id in state.queued_by_needs[needs]:
+        for rank, job_id in state.groups(by_deadline)[needs]:
             if job_id not in skip:
                 if best is None or (rank[0], band, rank, job_id) < best:
                     best = (rank[0], band, rank, job_id)
@@ -309,7 +310,9 @@ def admissible_now(state: CellState, head: Job, now: int, policy: Policy) -> boo
         return False
     view = CapacityView(state.cluster)
     view.unclaim(head)
-    return isinstance(place_gang(view, head, most, policy.placement, off_limits(state, head, now)), Placement)
+    return isinstance(place_gang(view, head, most, policy.placement,
+                                 off_limits(state, head, now, by_deadline=policy.admission.earliest_deadline_first)),
+                      Placement)
 
 
 def head_start(state: CellState, head: Job, now: int, policy: Policy,
@@ -352,8 +355,9 @@ class Guard:
 
     def __init__(self, state: CellState, now: int, borrowing: bool, free: Callable[[str], int], usage: Usage,
                  admissible: Callable[[Job], bool], reservations: Container[str], held: Container[str],
-                 drain_share: float = 1.0, las: bool = False) -> None:
+                 drain_share: float = 1.0, las: bool = False, by_deadline: bool = False) -> None:
         self.state, self.now, self.borrowing, self.drain_share, self.las = state, now, borrowing, drain_share, las
+        self.by_deadline = by_deadline
         # The cycle's view, live: free GPUs by type, quota usage, whether a gang is admissible, reservation holders,
         # and the gangs with capacity held for them (less the holds this cycle released).
         self.free, self.usage, self.admissible = free, usage, admissible
@@ -394,7 +398,7 @@ class Guard:
     def team_head(self, team: str) -> Job | None:
         """The team's head, if it may drain (a gang too big to drain is not protected)."""
         if team not in self.team_heads:
-            self.team_heads[team] = team_head(self.state, team, self.admitted_ids, self.las)
+            self.team_heads[team] = team_head(self.state, team, self.admitted_ids, self.las, self.by_deadline)
         head = self.team_heads[team]
         return head if head is not None and may_drain(self.state, head, self.drain_share) else None
 

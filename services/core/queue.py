@@ -51,9 +51,10 @@ def least_attained_service(state: CellState, admission: AdmissionPolicy) -> bool
 def order_key(state: CellState, admission: AdmissionPolicy) -> Callable[[Job], tuple]:
     """A gang moving to make room (consolidation) first (with `movers_in_plan_order`, biggest first, then by id),
     then within-nominal work (unless not `nominal_first`), priority, weighted dominant share (with `fair_share`),
-    least attained service (while `least_attained_service` applies: its band), submit order."""
+    least attained service (while `least_attained_service` applies: its band), deadline (with
+    `earliest_deadline_first`), submit order."""
     fair_share, nominal_first = admission.fair_share, admission.nominal_first
-    movers_in_plan_order = admission.movers_in_plan_order
+    movers_in_plan_order, by_deadline = admission.movers_in_plan_order, admission.earliest_deadline_first
     las = least_attained_service(state, admission)
     tenancy = state.tenancy
     shares: dict[str, int] = {}
@@ -68,7 +69,8 @@ def order_key(state: CellState, admission: AdmissionPolicy) -> Callable[[Job], t
         if fair_share and job.team not in shares:
             shares[job.team] = tenancy.dominant_share_milli(job.team)
         return (not job.moving, nominal_first and job.min_gpus > room[team], -job.priority, shares.get(job.team, 0),
-                job.service_band if las else 0, job.submitted_at, job.submit_offset, job.job_id)
+                job.service_band if las else 0, job.deadline if by_deadline else job.submitted_at, job.submit_offset,
+                job.job_id)
 
     return key
 
@@ -95,10 +97,10 @@ class WaitingGangs:
 
     @classmethod
     def of(cls, state: CellState, now: int, key: Callable[[Job], tuple],
-           keep: Callable[[Job], bool] = _every) -> WaitingGangs:
-        """Every waiting gang: groups of equal needs, and on its own each gang that holds a reservation or capacity
-        (it sees nodes the others don't) or is moving (it goes first). `keep` drops whole groups by their first
-        member."""
+           keep: Callable[[Job], bool] = _every, by_deadline: bool = False) -> WaitingGangs:
+        """Every waiting gang: groups of equal needs, each in rank order (`by_deadline`: deadline order, as `key`
+        has it), and on its own each gang that holds a reservation or capacity (it sees nodes the others don't) or
+        is moving (it goes first). `keep` drops whole groups by their first member."""
         holders = (state.reservations.keys() | state.holds | state.moving if state.holds or state.moving
                    else state.reservations)
         groups: list[Sequence[tuple[object, str]]] = [[(None, job_id)] for job_id in sorted(holders)
@@ -108,8 +110,9 @@ class WaitingGangs:
         for job_id in holders:
             queued = state.queued_as(job_id)
             if queued is not None:
-                with_holders.setdefault(queued.needs, []).append((queued.rank, job_id))
-        for alike, members in state.queued_by_needs.items():  # (rank, job id), read in place: a cycle folds nothing
+                with_holders.setdefault(queued.needs, []).append(
+                    (queued.by_deadline if by_deadline else queued.rank, job_id))
+        for alike, members in state.groups(by_deadline).items():  # (rank, job id), read in place: a cycle folds nothing
             whole: tuple | None = alike
             if alike in with_holders:
                 members, whole = _without(members, with_holders[alike]), None

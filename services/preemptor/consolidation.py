@@ -134,7 +134,8 @@ def _delays_its_head(state: CellState, job: Job, policy: Policy, now: int, memo:
     `HeadStart.delayed_by` reads of a gang)."""
     heads = memo.setdefault("heads", {})
     if job.team not in heads:
-        head = team_head(state, job.team, las=least_attained_service(state, policy.admission))
+        head = team_head(state, job.team, las=least_attained_service(state, policy.admission),
+                         by_deadline=policy.admission.earliest_deadline_first)
         start = (head_start(state, head, now, policy, _released(state, head.gpu_type, memo))
                  if head is not None and may_drain(state, head, policy.admission.max_drain_share) else None)
         heads[job.team] = (head, start, {})
@@ -186,7 +187,7 @@ def _each_placed(state: CellState, view: CapacityView, victims: list[Job], ctx: 
     gone = frozenset(v.job_id for v in victims)
     for victim in _biggest_first(victims):
         again = place_gang(view, victim, victim.admitted_workers, ctx.policy.placement,
-                           off_limits(state, victim, ctx.now, gone))
+                           off_limits(state, victim, ctx.now, gone, ctx.policy.admission.earliest_deadline_first))
         if not isinstance(again, Placement):
             return False
         view.hold(again)

@@ -160,9 +160,9 @@ def _preempted(victim: Job, reason: Reason, checkpoint_id: str | None, ctx: Cont
 def _may_preempt(state: CellState, ctx: Context, first: int, memo: dict) -> list[Job]:
     """The waiting gangs that may be entitled to victims now (`preempt_for` looks no further at the others), in
     no particular order (queue_order sorts them by a total key), at most the `first` of each group of equal needs
-    and every moving gang: a group's members share all of the queue's key but their rank, in which the group is
-    sorted, and whether they move (which goes first). A group of equal needs shares what the tests read besides a
-    member's priority and wait, so they look at each group once."""
+    and every moving gang: a group's members share all of the queue's key but their rank (or deadline rank), in
+    which the group is sorted, and whether they move (which goes first). A group of equal needs shares what the
+    tests read besides a member's priority and wait, so they look at each group once."""
     beneficiaries = {state.jobs[v].preempted_for for v in state.preempting}
     policy = ctx.policy.preemption
     free: dict[str, int] = {}  # free GPUs per type: with consolidation, a gang they add up to may have moves
@@ -173,7 +173,7 @@ def _may_preempt(state: CellState, ctx: Context, first: int, memo: dict) -> list
         return _waited_enough(job, now, wait) and job.job_id not in beneficiaries and not job.has_hold
 
     moves_in: dict[tuple, bool] = {}  # per group: whether consolidation may place it (its GPUs are free in number)
-    for needs, members in state.queued_by_needs.items():
+    for needs, members in state.groups(ctx.policy.admission.earliest_deadline_first).items():
         head = jobs[members[0][1]]
         if policy.consolidate and head.gpu_type not in free:
             free[head.gpu_type] = state.cluster.free_gpus(head.gpu_type)

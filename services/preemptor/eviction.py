@@ -35,9 +35,10 @@ class AfterEviction:
         # Other gangs' reservations, each with the expected end of every job holding GPUs on its nodes;
         # whether the job may use one changes only while a victim holds GPUs there.
         self.reservations: list[tuple[list[str], list[tuple[str, int | None]]]] = []
+        by_deadline = ctx.policy.admission.earliest_deadline_first
         self.touches: dict[str, list[int]] = {}  # job id -> reservations it holds GPUs in
         for holder, nodes in state.reservations.items():
-            if holder == job.job_id or outranks(job, state.jobs.get(holder)):
+            if holder == job.job_id or outranks(job, state.jobs.get(holder), by_deadline):
                 continue
             jobs = sorted({j for n in nodes if n in cluster.nodes for j in cluster.nodes[n].holder.values()})
             for j in jobs:
@@ -216,7 +217,8 @@ def plan(state: CellState, job: Job, victims: list[Job], ctx: Context) -> Placem
     view = CapacityView(state.cluster)
     for victim in victims:
         view.release(victim)
-    excluded = off_limits(state, job, ctx.now, frozenset(v.job_id for v in victims))
+    excluded = off_limits(state, job, ctx.now, frozenset(v.job_id for v in victims),
+                          ctx.policy.admission.earliest_deadline_first)
     outcome = place_gang(view, job, most, ctx.policy.placement, excluded)
     return outcome if isinstance(outcome, Placement) else None
 

@@ -117,6 +117,9 @@ def check_quota_usage(state: CellState) -> None:
     for needs in state.queued_by_needs:
         by_team.setdefault(needs[0], set()).add(needs)
     assert state.needs_by_team == by_team, "the index of each team's queued groups is stale"
+    assert state.queued_by_deadline == {needs: sorted((state.jobs[j].deadline_rank(), j) for _, j in members)
+                                        for needs, members in state.queued_by_needs.items()}, (
+        "the deadline order of the queued groups is stale")
 
 
 def check_admission(state: CellState, admitted: m.JobAdmitted, offset: int) -> None:
@@ -137,16 +140,18 @@ def check_admission(state: CellState, admitted: m.JobAdmitted, offset: int) -> N
         f"{unused_kept} of its kept part unused")
 
 
-def check_backfill(state: CellState, admitted: m.JobAdmitted, offset: int, claimed: dict) -> None:
+def check_backfill(state: CellState, admitted: m.JobAdmitted, offset: int, claimed: dict,
+                   by_deadline: bool = False) -> None:
     """A job admitted onto another gang's reserved node ends, by its time limit, before that reservation's shadow
-    time, unless it outranks the holder in their team's queue or the GPUs there were held for it (`claimed`, as
-    they were before the admission was folded)."""
+    time, unless it outranks the holder in their team's queue (`by_deadline`: in deadline order) or the GPUs there
+    were held for it (`claimed`, as they were before the admission was folded)."""
     job = state.jobs[admitted.job_id]
     if job.state is not JobState.ADMITTED or not _took_effect(job, offset):
         return  # superseded
     for _, name, gpus in job.assignments:
         holder = state.cluster.nodes[name].reserved_for
-        if all(claimed.get((name, g)) == job.job_id for g in gpus) or outranks(job, state.jobs.get(holder)):
+        if (all(claimed.get((name, g)) == job.job_id for g in gpus)
+                or outranks(job, state.jobs.get(holder), by_deadline)):
             continue
         if holder is not None and holder != job.job_id:
             shadow = shadow_time(state, state.reservations[holder], admitted.at, frozenset({job.job_id}))
@@ -235,7 +240,7 @@ class Invariants:
         check_nodes(state)
         if isinstance(event, m.JobAdmitted):
             check_admission(state, event, offset)
-            check_backfill(state, event, offset, self.claimed)
+            check_backfill(state, event, offset, self.claimed, cell.policy.admission.earliest_deadline_first)
         if isinstance(event, m.JobPlaced):
             check_placement(state, event, offset)
         self.check_preemptions(cell, offset, new)

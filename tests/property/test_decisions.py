@@ -114,7 +114,8 @@ class HeadsNotDelayed:
         self.heads = {}
         held = frozenset(state.holds)
         for team in sorted({state.jobs[j].team for j in state.queued}):
-            head = team_head(state, team, las=least_attained_service(state, policy.admission))
+            head = team_head(state, team, las=least_attained_service(state, policy.admission),
+                             by_deadline=policy.admission.earliest_deadline_first)
             if head is not None and not head.has_hold and may_drain(state, head, policy.admission.max_drain_share):
                 self.heads[team] = _Head(state.now, head.job_id, head_start(state, head, state.now, policy).start,
                                          held)

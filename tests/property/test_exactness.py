@@ -40,7 +40,8 @@ def admissible_after(state, job, victims, ctx) -> bool:
     most, fit = quota_fit(state.tenancy, job, ctx.policy.admission.borrowing, usage)
     if not fit.fits:
         return False
-    excluded = off_limits(state, job, ctx.now, frozenset(v.job_id for v in victims))
+    excluded = off_limits(state, job, ctx.now, frozenset(v.job_id for v in victims),
+                          ctx.policy.admission.earliest_deadline_first)
     return isinstance(place_gang(view, job, most, ctx.policy.placement, excluded), Placement)
 
 
@@ -117,9 +118,9 @@ class GroupedAdmissionAgreesWithOneByOne:
                                  [d for d in expected if d not in got])
 
 
-def one_gang_per_group(state, now, key, keep=lambda job: True) -> WaitingGangs:
+def one_gang_per_group(state, now, key, keep=lambda job: True, by_deadline=False) -> WaitingGangs:
     """Every waiting gang as a group of its own (`keep` spares reservation and hold holders, as `WaitingGangs.of`
-    does)."""
+    does; alone, a gang's order within its group does not matter)."""
     return WaitingGangs(state, now, key, [[(None, job_id)] for job_id in sorted(state.queued)
                                           if job_id in state.reservations or job_id in state.holds
                                           or keep(state.jobs[job_id])])

@@ -43,10 +43,10 @@ _RELEASED_BEFORE = [(0, "long0", "a", 4, 60, None), (0, "long1", "b", 4, 60, Non
                     (1321, "short7", "a", 2, 3, None), (1560, "short0", "a", 2, 3, None), (1560, "short1", "a", 4, 3, None)]
 
 
-def _checked_time_sharing_any(inputs: list[dict]):
+def _checked_time_sharing_any(inputs: list[dict], by_deadline: bool = True):
     """The time-shared cell (team a's nominal 8, time-sharing across teams) run with every invariant checked."""
     scenario = time_shared_cell(inputs, quota_a=8, time_share="Any", min_runtime="0s", checkpoint_grace="0s",
-                                consolidate=False, checkpoint_every="5m")
+                                consolidate=False, checkpoint_every="5m", by_deadline=by_deadline)
     checks = Invariants()
     outcome = run(scenario, observers=[checks])
     assert checks.events == len(outcome.cell.log)
@@ -66,7 +66,8 @@ def test_a_preemption_is_judged_with_its_deciders_earlier_decisions_in_flight_la
 #: (at s, job, team, GPUs, runs for min, time limit min): at 3,630 s the preemptor decides two holds on one state:
 #: short0's (team a, 8 GPUs) and then short4's (team b), whose victims include long1, team a's only running job.
 #: With short0's hold counted, team a used 12 of its nominal 8 and borrowed; short0's hold is then released as
-#: stale, and asking long1 to go would have left team a at 0 of its nominal 8.
+#: stale, and asking long1 to go would have left team a at 0 of its nominal 8. Found in submit order (gangway-9): by
+#: deadline, long1 (limit 240 min) goes before the short gangs and the case no longer arises.
 _LAW_AFTER_A_RELEASE = [(0, "long0", "b", 4, 60, 240), (0, "long2", "a", 4, 60, None), (60, "long3", "b", 8, 60, None),
                         *[(300, f"short{i}", "a", 2, 3, None) for i in (1, 2, 3, 5)], (360, "long1", "a", 4, 60, 240),
                         (540, "short0", "a", 8, 3, None), (541, "short4", "b", 8, 3, None)]
@@ -76,7 +77,7 @@ def test_a_hold_whose_victims_would_break_the_law_once_another_hold_is_released_
     outcome = _checked_time_sharing_any([
         {"at": at * 1000, "submit": {"job": job, "team": team, "gpus_per_worker": gpus, "runs_for": runs * 60_000,
                                      **({"time_limit": limit * 60_000} if limit else {})}}
-        for at, job, team, gpus, runs, limit in _LAW_AFTER_A_RELEASE])
+        for at, job, team, gpus, runs, limit in _LAW_AFTER_A_RELEASE], by_deadline=False)
     released = [d.detail for d in outcome.cell.log if isinstance(d, m.CapacityReleased) and d.job_id == "short4"]
     assert "no victim asked: together they would take another team below its nominal quota" in released
     asked_for_short4 = {d.job_id for d in outcome.cell.log

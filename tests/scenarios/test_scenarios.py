@@ -113,3 +113,15 @@ def test_without_the_week_bound_the_big_gang_still_waits_at_day_20(tmp_path):
     assert [r.describe() for r in outcome.unmet] == [
         "at 180h: job=big, reason=HOLDS_RESERVATION, logged=JobQueued, count=1",
         "at 264h30m: job=big, state=running", "at end: job=big, state=succeeded"]
+
+
+def test_in_submit_order_long_starts_before_short(tmp_path):
+    """gangway-9's order (`admission.earliest_deadline_first` off) on earliest_deadline_first.yaml: long, submitted a
+    minute before short, starts when first ends, and nolimit, submitted before late, goes first."""
+    text = (HERE / "earliest_deadline_first.yaml").read_text()
+    outcome = run_file(_write(tmp_path, text.replace(
+        "tick: 30s", "policy: {admission: {earliest_deadline_first: false}}\ntick: 30s")))
+    assert [r.describe() for r in outcome.unmet] == [
+        "at 1h5m: job=short, state=running", "at 1h5m: job=long, state=queued",
+        "at 3h35m: job=late, state=running", "at 3h35m: job=nolimit, state=queued",
+        "at 3h45m: job=nolimit, state=running"]  # it ran from 3h30m to 3h40m

@@ -219,15 +219,18 @@ def test_time_sharing_waits_for_finished_jobs_to_show_it_pays(traces, spread):
 
 def test_gangway_consolidates_and_packs_racks_and_earlier_versions_still_resolve_without():
     gangway = policy("gangway")
-    assert gangway.version == "gangway-9"
+    assert gangway.version == "gangway-10" and gangway.admission.earliest_deadline_first
     assert gangway.placement.pack_domains and gangway.preemption.prefer_one_rack
     assert gangway.preemption.consolidate and gangway.admission.movers_in_plan_order
     assert gangway.admission.quiet_cycles_reserve
     assert gangway.admission.replan_reservations and not gangway.admission.quota_held_reserves_free_nodes
     assert gangway.admission.big_gangs_reserve_after_ms == 7 * 24 * 3_600_000
+    nine = resolve("gangway-9")
+    assert nine.admission == replace(gangway.admission, earliest_deadline_first=False)
+    assert (nine.placement, nine.preemption, nine.recovery) == (gangway.placement, gangway.preemption, gangway.recovery)
     eight = resolve("gangway-8")
     assert not eight.admission.replan_reservations and eight.admission.quota_held_reserves_free_nodes
-    assert eight.admission == replace(gangway.admission, replan_reservations=False, quota_held_reserves_free_nodes=True,
+    assert eight.admission == replace(nine.admission, replan_reservations=False, quota_held_reserves_free_nodes=True,
                                       big_gangs_reserve_after_ms=None)
     assert (eight.placement, eight.preemption, eight.recovery) == (gangway.placement, gangway.preemption, gangway.recovery)
     seven = resolve("gangway-7")
@@ -257,8 +260,8 @@ def test_earlier_versions_resolve_to_the_knobs_their_logs_were_decided_under():
 
 def test_a_catalogue_name_takes_knobs_as_its_version_does_and_resolves_back():
     named = resolve("gangway+admission.backfill=false")
-    assert named == resolve("gangway-9+admission.backfill=false")
-    assert named.version == "gangway-9+admission.backfill=false" and resolve(named.version) == named
+    assert named == resolve("gangway-10+admission.backfill=false")
+    assert named.version == "gangway-10+admission.backfill=false" and resolve(named.version) == named
     assert resolve('kueue-like+preemption.min_runtime="5m"').preemption.min_runtime_ms == 300_000
     with pytest.raises(UnknownPolicy, match="unknown knob policy.admission.foo"):
         resolve("gangway+admission.foo=1")
