@@ -174,7 +174,8 @@ def test_a_group_is_refused_early_only_where_both_refusals_take_all_of_it(monkey
 def test_a_head_start_is_not_asked_early_where_admissions_would_move_it(monkeypatch):
     """h (8 GPUs on one node) cannot start although 4 + 4 are free; j cannot be placed in one rack. a (team b, 10
     minutes) is admitted next: computed after it, h's first chance is a's end, which k (30 minutes) would delay.
-    A start computed at j and carried past a's admission would keep h's later start and let k pass."""
+    A start computed at j and carried past a's admission would keep h's later start and let k pass. (h and j ask
+    for 20 minutes: by deadline they go before k, as in submit order.)"""
     events = [topology("rack"), node("n1", rack="r1"), node("n2", rack="r2"),
               *(node(n, rack="r3") for n in ("n3", "n4", "n5", "n6")),
               *(e for t in "abz" for e in (team(t), quota(t, 64))),
@@ -182,8 +183,8 @@ def test_a_head_start_is_not_asked_early_where_admissions_would_move_it(monkeypa
               job("p2", gpus=4, team="z", time_limit_ms=60 * MINUTE), _running("p2", "z", ("n2", [0, 1, 2, 3])),
               job("p3", workers=4, gpus=8, team="z", time_limit_ms=120 * MINUTE),
               _running("p3", "z", *_whole("n3", "n4", "n5", "n6")),
-              job("h", gpus=8, team="a", at=MINUTE),
-              job("j", workers=2, gpus=4, team="a", at=MINUTE + 1, topology_required="rack"),
+              job("h", gpus=8, team="a", at=MINUTE, time_limit_ms=20 * MINUTE),
+              job("j", workers=2, gpus=4, team="a", at=MINUTE + 1, topology_required="rack", time_limit_ms=20 * MINUTE),
               job("a", gpus=4, team="b", at=MINUTE + 2, time_limit_ms=10 * MINUTE),
               job("k", gpus=4, team="a", at=MINUTE + 3, time_limit_ms=30 * MINUTE), tick(2 * MINUTE)]
     assert [d[:2] for d in same_either_way(events, monkeypatch)] == [("JobAdmitted", "a"), ("JobPlaced", "a")]
