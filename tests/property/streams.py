@@ -88,6 +88,7 @@ VARIANTS: list[dict] = [
     {"admission": {"reserve_earliest_free": True, "replan_reservations": True, "quota_held_reserves_free_nodes": False}},
     {"admission": {"max_drain_share": 0.25, "big_gangs_reserve_on_known_drain": True, "big_gangs_reserve_after": "10m"}},
     {"admission": {"replan_reservations": False, "quota_held_reserves_free_nodes": True}},  # gangway-8's reservations
+    {"admission": {"earliest_deadline_first": False}},  # gangway-9's order: submit order within a team
 ]
 
 
