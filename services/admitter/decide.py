@@ -1,7 +1,7 @@
 """The admitter: validates submissions and admits whole gangs against quota and free capacity.
 
 Each admission cycle walks the queue in order (within-nominal work before borrowing, then
-priority, weighted dominant share and submit order) and admits a gang only when its quota fits
+priority, weighted dominant share, and deadline or submit order) and admits a gang only when its quota fits
 and a placement exists right now, so admitted work never holds quota it cannot use. A gang with
 min_workers (Volcano minAvailable) takes as many workers as fit, from all of them down to its
 minimum, all or nothing for that count; its quota is reserved for the placed workers only. A gang that

@@ -1,7 +1,7 @@
 """Queue position and estimated start of every waiting gang: a pure function of the folded cell and the policy.
 
 Position: in the cell's admission order (the admitter's `order_key`: within-nominal work first, then priority,
-weighted dominant share and submit order) and within the gang's team.
+weighted dominant share, and deadline or submit order) and within the gang's team.
 
 Estimated start: Slurm's conservative-backfill plan (`squeue --start`), counted in GPUs of each type, made
 three times with three views of how long work holds its GPUs, which give the estimate and its interval:
