@@ -120,8 +120,9 @@ def test_behind_the_horizon_gangs_start_when_the_gpu_time_ahead_of_them_has_run(
 
 
 def test_behind_the_horizon_a_gang_without_a_time_limit_leaves_those_behind_it_without_a_start():
+    # q2 has no time limit either: by deadline (gangway-10) a limit would put it before endless
     state = cell(job("a", workers=2, at=1000, time_limit_ms=HOUR), job("q0", at=2000, time_limit_ms=HOUR),
-                 job("endless", at=2001), job("q2", at=2002, time_limit_ms=HOUR))
+                 job("endless", at=2001), job("q2", at=2002))
     estimates = forecast(state, DEFAULT_POLICY, horizon=1)
     assert [estimates[j].basis for j in ("q0", "endless", "q2")] == [Basis.TIME_LIMITS, Basis.QUEUE_DRAIN,
                                                                       Basis.BEYOND_HORIZON]
