@@ -2,13 +2,25 @@
 set -euo pipefail
 GANGWAY_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 VENV="${GANGWAY_VENV:-$GANGWAY_ROOT/.venv}"
-PYTHON="${PYTHON:-python3}"
+# The interpreter: $PYTHON if set, else the best one on this machine (compose/pick_python.py says which and why).
+if [ -z "${PYTHON:-}" ]; then
+    PYTHON="$(python3 "$GANGWAY_ROOT/compose/pick_python.py" 2>/dev/null || true)"
+    PYTHON="${PYTHON:-python3}"
+fi
 if ! "$PYTHON" -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null; then
     echo "gangway: Python 3.11 or newer is needed (found: $("$PYTHON" --version 2>&1))" >&2
     exit 1
 fi
+# A virtualenv made from another interpreter than the one chosen now is made again.
+MADE_BY="$VENV/.gangway-python"
+CHOSEN="$(command -v "$PYTHON") $("$PYTHON" -c 'import sys; print(sys.version.split()[0])')"
+if [ -x "$VENV/bin/python" ] && [ "$(cat "$MADE_BY" 2>/dev/null)" != "$CHOSEN" ]; then
+    echo "gangway: making $VENV again from $CHOSEN" >&2
+    rm -rf "$VENV"
+fi
 if [ ! -x "$VENV/bin/python" ]; then
     "$PYTHON" -m venv "$VENV"
+    echo "$CHOSEN" > "$MADE_BY"
 fi
 STAMP="$VENV/.gangway-installed"
 WANT="$(sha256sum "$GANGWAY_ROOT/pyproject.toml" | cut -d' ' -f1)"
