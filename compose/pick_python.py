@@ -4,7 +4,7 @@ Any Python 3.11+ that can make a virtualenv runs Gangway. Of those, one with its
 compiles the core against them: a fifth less time per event), then one whose interpreter holds its runtime itself
 rather than loading it from a shared libpython (Debian's Python, built so, ran the merged simulation 1.27x faster
 here than pyenv's default build on a shared libpython; docs/benchmarks.md, "Stop 62"), then the first found on the
-PATH. Called by bootstrap.sh with no arguments; runs on any Python 3.
+PATH. Called by bootstrap.sh with no arguments; runs on Python 3.7 or newer.
 """
 
 from __future__ import annotations
