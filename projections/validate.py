@@ -352,6 +352,8 @@ def team_problem(e: m.TeamDefined) -> str | None:
 def request_problem(e: m.JobSubmitted, limits: Limits) -> tuple[Reason, str] | None:
     """What makes a submission unrunnable whatever the cell holds (the admitter rejects it; the fold never
     queues it), or None."""
+    if not e.job_id.strip():
+        return Reason.INVALID_REQUEST, "job_id is empty: no command, agent or audit could name the job"
     if e.workers < 1 or e.gpus_per_worker < 1:
         return Reason.NO_GPUS_REQUESTED, f"asks for {e.workers} workers x {e.gpus_per_worker} GPUs"
     if e.workers > limits.max_workers:

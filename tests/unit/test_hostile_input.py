@@ -272,3 +272,15 @@ def test_a_reservation_naming_nodes_the_cell_lacks_reserves_only_the_cell_s_own(
     assert cell.state.reservations.get("big") == kept
     assert cell.state.jobs["big"].reserved_nodes == (kept or ())
     assert [n for n, node_ in sorted(cell.state.cluster.nodes.items()) if node_.reserved_for == "big"] == list(kept or [])
+
+
+@pytest.mark.parametrize("blank", ["", " ", "\t"])
+def test_a_submission_without_a_job_id_is_rejected_and_never_runs(blank):
+    from events import models as m
+    from tests.builders import fold, job, node, quota, team, tick
+
+    cell = fold(node("n1"), team("nlp"), quota("nlp", 8), job(blank, gpus=8), tick(60_000))
+    decided = [(type(e).__name__, e.envelope.reason.value) for e in cell.log
+               if isinstance(e, m.Decision) and getattr(e, "job_id", None) == blank]
+    assert decided == [("JobRejected", "INVALID_REQUEST")]
+    assert blank not in cell.state.queued
