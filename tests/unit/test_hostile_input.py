@@ -6,11 +6,14 @@ from pathlib import Path
 import fastavro
 import pytest
 
+from events import models as m
 from events.launcher.spec import SpecError, load_documents
 from events.traces import itp_jobs, read_jobs, read_nodes
 from replay.cli import build_parser, main
+from replay.runner import VirtualCell
 from replay.sim.workload import SimConfig, build_workload, resolve_gpus
 from services.policies import UnknownPolicy, resolve
+from tests.builders import env, fold, job, node, quota, team, tick, topology
 
 GOLDEN = Path(__file__).resolve().parents[1] / "golden"
 SCENARIO = Path(__file__).resolve().parents[1] / "scenarios" / "demo.yaml"
@@ -259,10 +262,6 @@ def test_a_reservation_naming_nodes_the_cell_lacks_reserves_only_the_cell_s_own(
     """Another writer's JobQueued may name nodes the cell does not have, or one twice: the fold reserves the cell's
     own nodes, each once. A node it lacks would never drain nor be planned again, and the gang holding it would
     never reserve nodes that do."""
-    from events import models as m
-    from replay.runner import VirtualCell
-    from tests.builders import env, job, node, quota, team, tick, topology
-
     cell = VirtualCell(cell="test-cell")
     for event in (topology("rack"), node("n1"), node("n2"), team("nlp"), quota("nlp", 100), tick(0),
                   job("r1", workers=2, gpus=8, at=1), job("big", workers=2, gpus=8, at=2)):
@@ -276,9 +275,6 @@ def test_a_reservation_naming_nodes_the_cell_lacks_reserves_only_the_cell_s_own(
 
 @pytest.mark.parametrize("blank", ["", " ", "\t"])
 def test_a_submission_without_a_job_id_is_rejected_and_never_runs(blank):
-    from events import models as m
-    from tests.builders import fold, job, node, quota, team, tick
-
     cell = fold(node("n1"), team("nlp"), quota("nlp", 8), job(blank, gpus=8), tick(60_000))
     decided = [(type(e).__name__, e.envelope.reason.value) for e in cell.log
                if isinstance(e, m.Decision) and getattr(e, "job_id", None) == blank]
