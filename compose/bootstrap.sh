@@ -2,8 +2,13 @@
 set -euo pipefail
 GANGWAY_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 VENV="${GANGWAY_VENV:-$GANGWAY_ROOT/.venv}"
-# The interpreter: $PYTHON if set, else the best one on this machine (compose/pick_python.py says which and why).
-if [ -z "${PYTHON:-}" ]; then
+# The interpreter: $PYTHON if set; else the one an earlier pick made .venv from; else the best one on this machine
+# (compose/pick_python.py says which and why: it probes each, so it runs only while there is no such .venv).
+MADE_BY="$VENV/.gangway-python"  # "<interpreter> <version>" of the interpreter .venv was made from
+if [ -z "${PYTHON:-}" ] && [ -x "$VENV/bin/python" ] && [ -f "$MADE_BY" ]; then
+    PYTHON="$(cat "$MADE_BY")"
+    PYTHON="${PYTHON% *}"
+elif [ -z "${PYTHON:-}" ]; then
     PYTHON="$(python3 "$GANGWAY_ROOT/compose/pick_python.py" 2>/dev/null || true)"
     PYTHON="${PYTHON:-python3}"
 fi
@@ -12,7 +17,6 @@ if ! "$PYTHON" -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null
     exit 1
 fi
 # A virtualenv made from another interpreter than the one chosen now is made again.
-MADE_BY="$VENV/.gangway-python"
 CHOSEN="$(command -v "$PYTHON") $("$PYTHON" -c 'import sys; print(sys.version.split()[0])')"
 if [ -x "$VENV/bin/python" ] && [ "$(cat "$MADE_BY" 2>/dev/null)" != "$CHOSEN" ]; then
     echo "gangway: making $VENV again from $CHOSEN" >&2
