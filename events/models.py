@@ -83,6 +83,7 @@ class Reason(StrEnum):
     # records a cell refuses to fold (RecordRefused), or answers no decision for
     WRONG_CELL = "WRONG_CELL"
     OVERSIZED = "OVERSIZED"
+    CONTROL_CHARACTER = "CONTROL_CHARACTER"  # an id or name holds a control or invisible formatting character
     TIME_OUT_OF_RANGE = "TIME_OUT_OF_RANGE"
     CONTRADICTS_STATE = "CONTRADICTS_STATE"
     NODE_IN_USE = "NODE_IN_USE"

@@ -11,6 +11,7 @@ already seen, is simply ignored by the fold, as agents send them in the normal c
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -53,6 +54,15 @@ _RUNS = (JobState.PLACED, JobState.RUNNING, JobState.PREEMPTING)
 #: Free text (messages, and what a job runs: its command, environment and paths) is bounded by MAX_DETAIL_LENGTH,
 #: not by the length of a name.
 _FREE_TEXT = frozenset({"detail", "message", "error", "command", "env", "working_dir", "checkpoint_dir"})
+#: What no id or name may hold: the ASCII and Latin-1 control codes and the invisible formatting characters
+#: (zero-width, bidirectional overrides, line and paragraph separators). Names are printed by every command and
+#: page, and NUL separates the parts of the read model's keys: a name holding these could rewrite an operator's
+#: terminal, pass for another name, or read as another job's rows. A fixed list rather than `str.isprintable`,
+#: whose answer moves with Python's Unicode tables: every replay refuses the same records.
+_NOT_IN_NAMES = re.compile(r"[\x00-\x1f\x7f-\x9f\u00ad\u061c\u180e\u200b-\u200f\u2028-\u202e"
+                           r"\u2060-\u206f\ufeff\ufff9-\ufffb]")
+#: Free text may break lines and hold tabs; no other control code, and no bidirectional override.
+_NOT_IN_TEXT = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
 
 
 #: Which service makes each decision: a decision that names another producer is refused (NOT_ITS_WRITER), so a
@@ -182,6 +192,9 @@ def refusal(state, event: m.Event) -> Refusal | None:
     oversized = _oversized_fields(event, fields, max_name) if fields else ""
     if oversized:
         return Refusal(Reason.OVERSIZED, oversized)
+    hidden = _hidden_character(envelope, event, fields)
+    if hidden:
+        return Refusal(Reason.CONTROL_CHARACTER, hidden)
     check = _CHECKS.get(kind)
     return check(state, event) if check is not None else None
 
@@ -217,6 +230,54 @@ def _oversized_fields(event: m.Event, text_fields: tuple[tuple[str, bool, bool],
                 if any(isinstance(part, str) and len(part) > bound for part in item):
                     return f"{name} holds an entry longer than {bound} characters"
     return ""
+
+
+def _hidden_character(envelope: dict, event: m.Event, text_fields: tuple[tuple[str, bool, bool], ...]) -> str:
+    """The first of the record's ids, names and texts that holds a character it may not hold, described, or ''.
+    One search over all names and one over all free text: the answer for the (usual) clean record is cheap."""
+    names: list[str] = [envelope["cell"], *(envelope[name] or "" for name in _ENVELOPE_TEXT)]
+    texts: list[str] = []
+    fields = event.__dict__
+    for name, is_text, free in text_fields:
+        value = fields[name]
+        if value is None:
+            continue
+        into = texts if free else names
+        if is_text:
+            into.append(value)
+        else:
+            for item in (value.items() if isinstance(value, dict) else ((v, "") for v in value)):
+                into.extend(part for part in item if isinstance(part, str))
+    if _NOT_IN_NAMES.search("".join(names)) is None and _NOT_IN_TEXT.search("".join(texts)) is None:
+        return ""
+    where: list[tuple[str, str | None, re.Pattern]] = []
+    for name, _, free in text_fields:
+        value = fields[name]
+        parts = [value] if isinstance(value, str) else [] if value is None else \
+            [p for item in (value.items() if isinstance(value, dict) else ((v, "") for v in value))
+             for p in item if isinstance(p, str)]
+        where.extend((name, part, _NOT_IN_TEXT if free else _NOT_IN_NAMES) for part in parts)
+    where.extend((f"envelope.{name}", envelope[name], _NOT_IN_NAMES) for name in ("cell", *_ENVELOPE_TEXT))
+    for name, value, forbidden in where:
+        found = forbidden.search(value or "")
+        if found is not None:
+            kind = "text" if forbidden is _NOT_IN_TEXT else "an id or name"
+            return (f"{name} holds U+{ord(found.group()):04X} at {found.start()} (\"{printable(_short(value))}\"): "
+                    f"{kind} may hold no control or invisible formatting character")
+    return ""
+
+
+def printable(text: str) -> str:
+    """`text` with each character no name may hold written as its escape (\\x1b, \\u202e): what a refusal quotes
+    of a record it refused, so the refusal itself prints as it reads."""
+    if _NOT_IN_NAMES.search(text) is None:
+        return text
+    return _NOT_IN_NAMES.sub(_escape, text)
+
+
+def _escape(found: re.Match) -> str:
+    code = ord(found.group())
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
 
 
 _ENVELOPE_TEXT = ("event_id", "producer", "causation_id", "correlation_id", "policy_version")

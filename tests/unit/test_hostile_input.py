@@ -273,10 +273,44 @@ def test_a_reservation_naming_nodes_the_cell_lacks_reserves_only_the_cell_s_own(
     assert [n for n, node_ in sorted(cell.state.cluster.nodes.items()) if node_.reserved_for == "big"] == list(kept or [])
 
 
-@pytest.mark.parametrize("blank", ["", " ", "\t"])
+@pytest.mark.parametrize("blank", ["", " ", "   "])
 def test_a_submission_without_a_job_id_is_rejected_and_never_runs(blank):
     cell = fold(node("n1"), team("nlp"), quota("nlp", 8), job(blank, gpus=8), tick(60_000))
     decided = [(type(e).__name__, e.envelope.reason.value) for e in cell.log
                if isinstance(e, m.Decision) and getattr(e, "job_id", None) == blank]
     assert decided == [("JobRejected", "INVALID_REQUEST")]
     assert blank not in cell.state.queued
+
+
+@pytest.mark.parametrize("job_id, held", [
+    ("victim\x00zzz", "U+0000"),  # NUL separates the read model's key parts: it read as job victim's rows
+    ("a\x1b[2Jb", "U+001B"),  # an escape sequence: it would clear the terminal of whoever explains the job
+    ("\tjob", "U+0009"),
+    ("invoice\u202egnp.exe", "U+202E"),  # a right-to-left override prints as another name
+    ("zero\u200bwidth", "U+200B"),
+    ("c1\x85", "U+0085"),
+])
+def test_a_job_id_with_a_control_or_invisible_character_is_refused_and_never_runs(job_id, held):
+    cell = fold(node("n1"), team("nlp"), quota("nlp", 16), job("victim", gpus=8), job(job_id, gpus=8), tick(60_000))
+    refusals = [e for e in cell.log if isinstance(e, m.RecordRefused)]
+    assert [(e.refused_type, e.envelope.reason) for e in refusals] == [("JobSubmitted", m.Reason.CONTROL_CHARACTER)]
+    assert refusals[0].detail.startswith(f"job_id holds {held} at ")
+    assert refusals[0].refused_event_id.isprintable() and refusals[0].detail.isprintable()  # it prints as it reads
+    assert sorted(cell.state.jobs) == ["victim"]
+
+
+@pytest.mark.parametrize("record", [
+    lambda: node("n\x002"),
+    lambda: team("nl\x1bp"),
+    lambda: job("ok", gpus=8, labels={"owner": "a\u2066b"}),
+    lambda: job("ok", gpus=8, command=["python", "train.py\x1b[31m"]),
+])
+def test_names_labels_and_free_text_holding_control_characters_are_refused(record):
+    cell = fold(node("n1"), team("nlp"), quota("nlp", 16), record(), tick(60_000))
+    assert [e.envelope.reason for e in cell.log if isinstance(e, m.RecordRefused)] == [m.Reason.CONTROL_CHARACTER]
+
+
+def test_free_text_may_break_lines_and_hold_tabs():
+    cell = fold(node("n1"), team("nlp"), quota("nlp", 16), job("ok", gpus=8, command=["sh", "-c", "a\tb\nc"]))
+    assert not [e for e in cell.log if isinstance(e, m.RecordRefused)]
+    assert cell.state.jobs["ok"].state is not None

@@ -122,3 +122,17 @@ def test_nodes_lie_in_topology_order_and_a_domain_is_a_prefix(tmp_path: Path):
     assert inside and all(list(n["domains"].values())[:1] == first for n in inside)
     assert len(inside) < len(nodes) or len({list(n["domains"].values())[0] for n in nodes}) == 1
 
+
+
+def test_a_job_id_holding_the_key_separator_never_reaches_another_jobs_rows(tmp_path: Path):
+    """NUL separates the parts of a row's key: a job `victim\\x00zzz` would be listed under `victim`'s timeline and
+    missing from every page. The fold refuses it (CONTROL_CHARACTER), so `victim` reads as its own log says."""
+    log = b.fold(b.node("n1"), b.team("nlp"), b.quota("nlp", 16), b.job("victim", gpus=8, at=1_000),
+                 b.job("victim\x00zzz", gpus=8, at=2_000), b.tick(60_000)).log
+    store = ReadModelStore(tmp_path / "db")
+    fold_into(store, log, batch=len(log))
+    assert {entry["offset"] for entry in store.timeline(cell_of(log), "victim")} == \
+        {offset for offset, e in enumerate(log) if getattr(e, "job_id", None) == "victim"}
+    page, _ = store.jobs(cell_of(log), {}, "submitted", False, 10, None)
+    assert [j["job_id"] for j in page] == ["victim"]
+    assert [e.envelope.reason for e in log if isinstance(e, m.RecordRefused)] == [m.Reason.CONTROL_CHARACTER]
