@@ -233,38 +233,41 @@ def _oversized_fields(event: m.Event, text_fields: tuple[tuple[str, bool, bool],
 
 
 def _hidden_character(envelope: dict, event: m.Event, text_fields: tuple[tuple[str, bool, bool], ...]) -> str:
-    """The first of the record's ids, names and texts that holds a character it may not hold, described, or ''.
-    One search over all names and one over all free text: the answer for the (usual) clean record is cheap."""
-    names: list[str] = [envelope["cell"], *(envelope[name] or "" for name in _ENVELOPE_TEXT)]
-    texts: list[str] = []
+    """The first of the record's texts, names and ids that holds a character it may not hold, described, or ''.
+    A string Python calls printable (nearly every one) holds none of them, whatever Python's Unicode tables say of
+    other characters, and needs no search; any other is searched, so the answer never moves with those tables."""
     fields = event.__dict__
     for name, is_text, free in text_fields:
         value = fields[name]
-        if value is None:
-            continue
-        into = texts if free else names
         if is_text:
-            into.append(value)
-        else:
-            for item in (value.items() if isinstance(value, dict) else ((v, "") for v in value)):
-                into.extend(part for part in item if isinstance(part, str))
-    if _NOT_IN_NAMES.search("".join(names)) is None and _NOT_IN_TEXT.search("".join(texts)) is None:
-        return ""
-    where: list[tuple[str, str | None, re.Pattern]] = []
-    for name, _, free in text_fields:
-        value = fields[name]
-        parts = [value] if isinstance(value, str) else [] if value is None else \
-            [p for item in (value.items() if isinstance(value, dict) else ((v, "") for v in value))
-             for p in item if isinstance(p, str)]
-        where.extend((name, part, _NOT_IN_TEXT if free else _NOT_IN_NAMES) for part in parts)
-    where.extend((f"envelope.{name}", envelope[name], _NOT_IN_NAMES) for name in ("cell", *_ENVELOPE_TEXT))
-    for name, value, forbidden in where:
-        found = forbidden.search(value or "")
-        if found is not None:
-            kind = "text" if forbidden is _NOT_IN_TEXT else "an id or name"
-            return (f"{name} holds U+{ord(found.group()):04X} at {found.start()} (\"{printable(_short(value))}\"): "
-                    f"{kind} may hold no control or invisible formatting character")
+            if value and not value.isprintable() and _search(value, free):
+                return _held(name, value, free)
+        elif value:
+            for part in _parts(value):
+                if not part.isprintable() and _search(part, free):
+                    return _held(name, part, free)
+    for name in _ENVELOPE_NAMES:
+        value = envelope[name]
+        if value and not value.isprintable() and _search(value, False):
+            return _held(f"envelope.{name}", value, False)
     return ""
+
+
+def _search(value: str, free: bool) -> bool:
+    return (_NOT_IN_TEXT if free else _NOT_IN_NAMES).search(value) is not None
+
+
+def _parts(value: list | dict) -> list[str]:
+    """The strings of a list field, or the keys and values of a dict field."""
+    items = [*value.keys(), *value.values()] if isinstance(value, dict) else value
+    return [part for part in items if isinstance(part, str)]
+
+
+def _held(name: str, value: str, free: bool) -> str:
+    found = (_NOT_IN_TEXT if free else _NOT_IN_NAMES).search(value)
+    assert found is not None
+    return (f"{name} holds U+{ord(found.group()):04X} at {found.start()} (\"{printable(_short(value))}\"): "
+            f"{'text' if free else 'an id or name'} may hold no control or invisible formatting character")
 
 
 def printable(text: str) -> str:
@@ -281,6 +284,7 @@ def _escape(found: re.Match) -> str:
 
 
 _ENVELOPE_TEXT = ("event_id", "producer", "causation_id", "correlation_id", "policy_version")
+_ENVELOPE_NAMES = ("cell", *_ENVELOPE_TEXT)
 _TEXT_FIELDS: dict[type, tuple[tuple[str, bool, bool], ...]] = {}
 
 
