@@ -42,6 +42,9 @@ HOSTILE: list[dict] = [
     {"type": "NodeCordoned", "node": "n99"},
     {"type": "NodeHealthCheckPassed", "node": "n99"},
     {"type": "JobCancelRequested", "job_id": "j0", "stamped": -5},
+    {"type": "JobSubmitted", "job_id": "x\x00j0", "team": "a", "workers": 1, "gpus_per_worker": 1, "gpu_type": "H100"},
+    {"type": "JobCancelRequested", "job_id": "j0\x1b[2K"},
+    {"type": "NodeRegistered", "node": "n\u202e0", "gpu_type": "H100", "gpus": 8},
 ]
 
 
