@@ -4,6 +4,7 @@ node's workers as processes, and writes what it sees (registration, heartbeats, 
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import logging
 import os
 import signal
@@ -104,6 +105,7 @@ def run_agent(agent: NodeAgent, bootstrap: str, cells: tuple[str, ...], clock: V
               drain_on_exit: bool = False) -> None:
     """Catch up with the log (folding, not reacting), register and adopt, then react until SIGTERM / SIGINT."""
     stopping: list[bool] = []
+    faulthandler.register(signal.SIGUSR1)  # `kill -USR1 <pid>` prints where every thread is, for a stuck agent
     signal.signal(signal.SIGTERM, lambda *_: stopping.append(True))
     signal.signal(signal.SIGINT, lambda *_: stopping.append(True))
     topics = topic_names()

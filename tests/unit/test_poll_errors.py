@@ -4,6 +4,9 @@ fleet, the launcher's and the watch's views) reads through an error a failover e
 
 from __future__ import annotations
 
+import threading
+import time
+
 import pytest
 from confluent_kafka import KafkaError, KafkaException
 
@@ -111,3 +114,24 @@ def test_a_follower_stops_at_an_error_no_failover_explains():
     assert [r.offset for r in follower.follow()] == [1]
     with pytest.raises(KafkaException):
         follower.follow()
+
+
+class StuckClose:
+    """A consumer whose close waits on a group coordinator that does not answer (after all brokers restarted)."""
+
+    def __init__(self) -> None:
+        self.answered = threading.Event()
+
+    def close(self) -> None:
+        self.answered.wait(60)
+
+
+def test_a_readers_close_that_hangs_is_left_to_the_process_exit(caplog):
+    stuck = StuckClose()
+    log_reader = object.__new__(LogReader)
+    log_reader._consumer = stuck
+    began = time.monotonic()
+    log_reader.close(timeout=0.2)  # a stopping agent exits instead of waiting on it
+    assert time.monotonic() - began < 5
+    assert "did not close within" in caplog.text
+    stuck.answered.set()
