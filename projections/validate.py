@@ -162,7 +162,7 @@ def _cancel_of_another_team(state, event: m.Event) -> str:
     if isinstance(event, m.JobCancelRequested) and event.team is not None:
         job = state.jobs.get(event.job_id)
         if job is not None and job.team != event.team:
-            return f"team {event.team} may not cancel {event.job_id}, a job of team {job.team}"
+            return f"team {printable(event.team)} may not cancel {event.job_id}, a job of team {job.team}"
     return ""
 
 

@@ -314,3 +314,13 @@ def test_free_text_may_break_lines_and_hold_tabs():
     cell = fold(node("n1"), team("nlp"), quota("nlp", 16), job("ok", gpus=8, command=["sh", "-c", "a\tb\nc"]))
     assert not [e for e in cell.log if isinstance(e, m.RecordRefused)]
     assert cell.state.jobs["ok"].state is not None
+
+
+def test_a_refusal_quotes_what_it_refused_escaped():
+    """A cancel naming another team is refused for its provenance before its characters are looked at: the refusal
+    still prints as it reads."""
+    cancel = m.JobCancelRequested(envelope=env(1_000, "launcher", "cancel-ok"), job_id="ok", team="cv\x1b[2J")
+    cell = fold(node("n1"), team("nlp"), quota("nlp", 8), job("ok", gpus=8), cancel)
+    refusals = [e for e in cell.log if isinstance(e, m.RecordRefused)]
+    assert [e.envelope.reason for e in refusals] == [m.Reason.NOT_ITS_WRITER]
+    assert refusals[0].detail == "team cv\\x1b[2J may not cancel ok, a job of team nlp"
