@@ -225,10 +225,8 @@ def _oversized_fields(event: m.Event, text_fields: tuple[tuple[str, bool, bool],
                 return f"{name} is {len(value):,} characters, more than {bound}"
         elif len(value) > MAX_LABELS:
             return f"{name} has {len(value)} entries, more than {MAX_LABELS}"
-        else:
-            for item in (value.items() if isinstance(value, dict) else ((v, "") for v in value)):
-                if any(isinstance(part, str) and len(part) > bound for part in item):
-                    return f"{name} holds an entry longer than {bound} characters"
+        elif value and any(len(part) > bound for part in _parts(value)):
+            return f"{name} holds an entry longer than {bound} characters"
     return ""
 
 
@@ -239,22 +237,16 @@ def _hidden_character(envelope: dict, event: m.Event, text_fields: tuple[tuple[s
     fields = event.__dict__
     for name, is_text, free in text_fields:
         value = fields[name]
-        if is_text:
-            if value and not value.isprintable() and _search(value, free):
-                return _held(name, value, free)
-        elif value:
-            for part in _parts(value):
-                if not part.isprintable() and _search(part, free):
-                    return _held(name, part, free)
+        if value:
+            forbidden = _NOT_IN_TEXT if free else _NOT_IN_NAMES
+            for part in ((value,) if is_text else _parts(value)):
+                if not part.isprintable() and (found := forbidden.search(part)) is not None:
+                    return _held(name, part, found, free)
     for name in _ENVELOPE_NAMES:
         value = envelope[name]
-        if value and not value.isprintable() and _search(value, False):
-            return _held(f"envelope.{name}", value, False)
+        if value and not value.isprintable() and (found := _NOT_IN_NAMES.search(value)) is not None:
+            return _held(f"envelope.{name}", value, found, False)
     return ""
-
-
-def _search(value: str, free: bool) -> bool:
-    return (_NOT_IN_TEXT if free else _NOT_IN_NAMES).search(value) is not None
 
 
 def _parts(value: list | dict) -> list[str]:
@@ -263,9 +255,7 @@ def _parts(value: list | dict) -> list[str]:
     return [part for part in items if isinstance(part, str)]
 
 
-def _held(name: str, value: str, free: bool) -> str:
-    found = (_NOT_IN_TEXT if free else _NOT_IN_NAMES).search(value)
-    assert found is not None
+def _held(name: str, value: str, found: re.Match, free: bool) -> str:
     return (f"{name} holds U+{ord(found.group()):04X} at {found.start()} (\"{printable(_short(value))}\"): "
             f"{'text' if free else 'an id or name'} may hold no control or invisible formatting character")
 

@@ -141,7 +141,7 @@ class Replica:
     def _refusal(self, offset: int, event: m.Event, refused: Refusal) -> m.RecordRefused:
         ctx = self._context(offset, event)
         return m.RecordRefused(envelope=ctx.envelope(refused.reason), refused_offset=offset,
-                               refused_type=event.event_type, refused_event_id=printable(event.envelope.event_id)[:256],
+                               refused_type=event.event_type, refused_event_id=printable(event.envelope.event_id[:256])[:256],
                                detail=refused.detail[:MAX_DETAIL_LENGTH])
 
     def _remember(self, decisions: list[m.Decision]) -> list[m.Decision]:

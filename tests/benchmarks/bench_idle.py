@@ -52,12 +52,12 @@ class IdleCauses:
         state = cell.state
         if not state.queued:
             return {}
-        nodes = [n for _, n in sorted(state.cluster.nodes.items()) if n.schedulable]
+        nodes = [n for n in state.cluster.nodes.values() if n.schedulable]
         reserved = sum(n.free for n in nodes if n.reserved_for)
         elsewhere = sum(n.free for n in nodes) - reserved
         now = {"capacity": sum(n.healthy_gpus for n in nodes), RESERVED: reserved}
         if elsewhere:
-            ready = [state.jobs[j] for j in sorted(state.queued) if state.jobs[j].not_before <= at]
+            ready = [state.jobs[j] for j in state.queued if state.jobs[j].not_before <= at]
             fits = [j for j in ready if j.min_gpus <= elsewhere]
             first = min(fits, key=lambda j: (-j.priority, j.submitted_at, j.job_id)) if fits else None
             now[NONE_FITS if first is None else f"a gang fits in number: {first.reason.value}"] = elsewhere
