@@ -355,8 +355,10 @@ def _checkpoint(state, e: m.CheckpointCompleted) -> Refusal | None:
     job = state.jobs.get(e.job_id)
     if job is None:
         return None if e.job_id in state.retired else Refusal(Reason.CONTRADICTS_STATE, f"no job {e.job_id!r}")
-    if e.attempt == job.attempt and not job.started_workers and job.state not in (JobState.RUNNING,
-                                                                                   JobState.PREEMPTING):
+    # A checkpoint of an attempt that ended (the job succeeded while it checkpointed) is late, as one of a retired
+    # job is: the fold ignores both.
+    if e.attempt == job.attempt and not job.ended and not job.started_workers and job.state not in (
+            JobState.RUNNING, JobState.PREEMPTING):
         return Refusal(Reason.CONTRADICTS_STATE, f"{e.job_id} attempt {e.attempt} never ran: nothing to checkpoint")
     if e.progress_ms < 0:
         return Refusal(Reason.CONTRADICTS_STATE, f"negative progress {e.progress_ms}")

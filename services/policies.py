@@ -82,7 +82,11 @@ CATALOGUE: dict[str, Policy] = {
 
 
 #: Earlier versions of the catalogue's policies: decisions recorded under them still resolve (verify, what-if).
-_GANGWAY_9 = replace(GANGWAY, version="gangway-9", admission=replace(GANGWAY.admission, earliest_deadline_first=False))
+_GANGWAY_10 = replace(GANGWAY, version="gangway-10",
+                      admission=replace(GANGWAY.admission, release_holds_out_of_service=False),
+                      preemption=replace(GANGWAY.preemption, single_victims_always=False))
+_GANGWAY_9 = replace(_GANGWAY_10, version="gangway-9",
+                     admission=replace(_GANGWAY_10.admission, earliest_deadline_first=False))
 _GANGWAY_8 = replace(_GANGWAY_9, version="gangway-8", admission=replace(_GANGWAY_9.admission, replan_reservations=False,
                                                                         quota_held_reserves_free_nodes=True,
                                                                         big_gangs_reserve_after_ms=None))
@@ -91,13 +95,16 @@ _GANGWAY_7 = replace(_GANGWAY_8, version="gangway-7",
 _GANGWAY_6 = replace(_GANGWAY_7, version="gangway-6",
                      admission=replace(_GANGWAY_7.admission, movers_in_plan_order=False))
 _GANGWAY_5 = replace(_GANGWAY_6, version="gangway-5",
-                     preemption=replace(GANGWAY.preemption, keep_room_for_moves=False))
+                     preemption=replace(_GANGWAY_10.preemption, keep_room_for_moves=False))
 _GANGWAY_4 = replace(_GANGWAY_5, version="gangway-4", preemption=replace(_GANGWAY_5.preemption, consolidate=False))
-_GANGWAY_3 = replace(_GANGWAY_4, version="gangway-3", placement=replace(GANGWAY.placement, pack_domains=False),
+_GANGWAY_3 = replace(_GANGWAY_4, version="gangway-3", placement=replace(_GANGWAY_10.placement, pack_domains=False),
                      preemption=replace(_GANGWAY_4.preemption, prefer_one_rack=False))
 _GANGWAY_2 = replace(_GANGWAY_3, version="gangway-2",
-                     recovery=replace(GANGWAY.recovery, enforce_time_limits=False, start_timeout_ms=None))
+                     recovery=replace(_GANGWAY_10.recovery, enforce_time_limits=False, start_timeout_ms=None))
 EARLIER: dict[str, Policy] = {
+    # before a hold on a node out of service was released before it ran out, and each single victim was tried when
+    # the victim search in candidate order found no set
+    "gangway-10": _GANGWAY_10,
     # before gangs of a team went by deadline (submission plus time limit): in submit order
     "gangway-9": _GANGWAY_9,
     # before a reservation holding a node out of service was planned again on nodes in service, while a gang its

@@ -36,11 +36,16 @@ class Policy:
 #: nominal quota included, off idle nodes for such a gang, and let a stream of smaller work starve a big gang).
 #: gangway-10: within a team, gangs go by deadline (submission plus time limit), earliest first (gangway-9: by
 #: submission).
-DEFAULT_POLICY = Policy(version="gangway-10", recovery=RecoveryPolicy(enforce_time_limits=True,
+#: gangway-11: a hold on a node out of service is released at once, and when the victim search in candidate order
+#: finds no set, each victim that alone makes room is still tried (gangway-10: a hold on a failed node was kept
+#: until it ran out, and a first pick that freed nothing useful hid a single victim that would do, so a lender
+#: waited for its borrowers' jobs to end).
+DEFAULT_POLICY = Policy(version="gangway-11", recovery=RecoveryPolicy(enforce_time_limits=True,
                                                                       start_timeout_ms=5 * 60_000),
                         admission=AdmissionPolicy(movers_in_plan_order=True, quiet_cycles_reserve=True,
                                                   replan_reservations=True, quota_held_reserves_free_nodes=False,
                                                   big_gangs_reserve_after_ms=7 * 24 * 3_600_000,
-                                                  earliest_deadline_first=True),
+                                                  earliest_deadline_first=True, release_holds_out_of_service=True),
                         placement=PlacementPolicy(pack_domains=True),
-                        preemption=PreemptionPolicy(prefer_one_rack=True, consolidate=True, keep_room_for_moves=True))
+                        preemption=PreemptionPolicy(prefer_one_rack=True, consolidate=True, keep_room_for_moves=True,
+                                                    single_victims_always=True))

@@ -257,9 +257,9 @@ def admission_cycle(state: CellState, ctx: Context, only: Job | None = None, ref
     decisions: list[m.Decision] = []
     released: set[str] = set()
     if only is None:
-        for job in expired_holds(state, now):
-            decisions.append(m.CapacityReleased(envelope=ctx.envelope(Reason.HOLD_EXPIRED, job.job_id),
-                                                job_id=job.job_id, detail=_expiry(state, job)))
+        for job, reason, detail in expired_holds(state, now, policy.release_holds_out_of_service):
+            decisions.append(m.CapacityReleased(envelope=ctx.envelope(reason, job.job_id), job_id=job.job_id,
+                                                detail=detail))
             released.add(job.job_id)
             view.unclaim(job)  # free for everyone from now on, the gang included
             usage[(job.team, job.gpu_type)] -= job.held_quota
@@ -604,11 +604,29 @@ def _may_drain(state: CellState, job: Job, policy: AdmissionPolicy, now: int, ot
     return False
 
 
-def expired_holds(state: CellState, now: int) -> list[Job]:
-    """Gangs whose hold has run out: past its end, with none of its victims still making room."""
+def expired_holds(state: CellState, now: int, out_of_service: bool = False) -> list[tuple[Job, Reason, str]]:
+    """Gangs whose hold has run out (HOLD_EXPIRED: past its end), or, with `out_of_service`, can no longer be
+    honoured (HOLD_STALE: a node of it failed or was cordoned), with none of its victims still making room; each
+    with the reason and detail of its release."""
     making_room = {state.jobs[v].preempted_for for v in state.preempting}
-    return [state.jobs[j] for j in sorted(state.holds)
-            if (until := state.jobs[j].hold_until) is not None and until < now and j not in making_room]
+    out = []
+    for job_id in sorted(state.holds):
+        if job_id in making_room:
+            continue
+        job = state.jobs[job_id]
+        if (until := job.hold_until) is not None and until < now:
+            out.append((job, Reason.HOLD_EXPIRED, _expiry(state, job)))
+        elif out_of_service and (lost := _out_of_service(state, job)):
+            out.append((job, Reason.HOLD_STALE, f"node {lost} of its hold is out of service: what it holds goes back "
+                                                f"to every gang, and room is looked for again"))
+    return out
+
+
+def _out_of_service(state: CellState, job: Job) -> str:
+    """The first node of the gang's hold that is out of service (failed, cordoned, gone), or ''. A spare that
+    recovery holds before it activates it is not: it joins."""
+    nodes = state.cluster.nodes
+    return next((name for _, name, _ in job.held if name not in nodes or not nodes[name].in_service), "")
 
 
 def _expiry(state: CellState, job: Job) -> str:

@@ -76,6 +76,10 @@ class AdmissionPolicy:
     #: pass; gangway-9); off (gangway-8 and the baselines): it waits for its node to come back, however long an
     #: operator's cordon lasts.
     replan_reservations: bool = False
+    #: A hold that holds a node out of service (failed, cordoned) is released (HOLD_STALE) once none of its victims
+    #: is still making room, and the preemptor looks for room again; off (gangway-10 and earlier): it is kept until
+    #: it runs out, though the gang cannot run on it.
+    release_holds_out_of_service: bool = False
 
     def __post_init__(self) -> None:
         if not 0 <= self.least_attained_service_min_cv <= 100:

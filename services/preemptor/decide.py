@@ -249,9 +249,10 @@ def preempt_for(state: CellState, job: Job, ctx: Context, memo: dict | None = No
         by_size = sorted(ranked, key=lambda c: (c[0][1], c[0][4], c[0][2], c[0][3], c[0][5]))
         if (chosen := greedy(after, eligible(state, job, by_size, usage, policy.keep_nominal))) is not None:
             sets.append(chosen)
+    if sets or policy.single_victims_always:
+        sets += _single_victims(state, job, ranked, after, usage, policy.keep_nominal)
     if not sets:  # not even all the victims the law allows would make room
         return _consolidate(state, job, ctx, memo) if policy.consolidate else []
-    sets += _single_victims(state, job, ranked, after, usage, policy.keep_nominal)
     chosen = min(sets, key=cost)
     placement = plan(state, job, chosen, ctx)
     if placement is None:

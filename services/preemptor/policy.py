@@ -41,6 +41,10 @@ class PreemptionPolicy:
     #: the room a consolidation's moves count on is kept for the moving jobs until they have left, and a hold whose
     #: victims no longer fit elsewhere when it is folded is released before anyone is asked
     keep_room_for_moves: bool = False
+    #: when no set of victims is found in the candidates' order, each victim that alone makes room is still tried
+    #: (a first pick that frees nothing useful, such as GPUs on a node reserved for another gang, no longer hides a
+    #: single victim that would do)
+    single_victims_always: bool = False
 
     def __post_init__(self) -> None:
         if self.time_share not in TIME_SHARE_VALUES:

@@ -219,34 +219,40 @@ def test_time_sharing_waits_for_finished_jobs_to_show_it_pays(traces, spread):
 
 def test_gangway_consolidates_and_packs_racks_and_earlier_versions_still_resolve_without():
     gangway = policy("gangway")
-    assert gangway.version == "gangway-10" and gangway.admission.earliest_deadline_first
+    assert gangway.version == "gangway-11" and gangway.admission.earliest_deadline_first
+    assert gangway.admission.release_holds_out_of_service
+    assert gangway.preemption.single_victims_always
     assert gangway.placement.pack_domains and gangway.preemption.prefer_one_rack
     assert gangway.preemption.consolidate and gangway.admission.movers_in_plan_order
     assert gangway.admission.quiet_cycles_reserve
     assert gangway.admission.replan_reservations and not gangway.admission.quota_held_reserves_free_nodes
     assert gangway.admission.big_gangs_reserve_after_ms == 7 * 24 * 3_600_000
+    ten = resolve("gangway-10")
+    assert ten.admission == replace(gangway.admission, release_holds_out_of_service=False)
+    assert ten.preemption == replace(gangway.preemption, single_victims_always=False)
+    assert (ten.placement, ten.recovery) == (gangway.placement, gangway.recovery)
     nine = resolve("gangway-9")
-    assert nine.admission == replace(gangway.admission, earliest_deadline_first=False)
-    assert (nine.placement, nine.preemption, nine.recovery) == (gangway.placement, gangway.preemption, gangway.recovery)
+    assert nine.admission == replace(ten.admission, earliest_deadline_first=False)
+    assert (nine.placement, nine.preemption, nine.recovery) == (ten.placement, ten.preemption, ten.recovery)
     eight = resolve("gangway-8")
     assert not eight.admission.replan_reservations and eight.admission.quota_held_reserves_free_nodes
     assert eight.admission == replace(nine.admission, replan_reservations=False, quota_held_reserves_free_nodes=True,
                                       big_gangs_reserve_after_ms=None)
-    assert (eight.placement, eight.preemption, eight.recovery) == (gangway.placement, gangway.preemption, gangway.recovery)
+    assert (eight.placement, eight.preemption, eight.recovery) == (ten.placement, ten.preemption, ten.recovery)
     seven = resolve("gangway-7")
     assert not seven.admission.quiet_cycles_reserve and seven.admission.movers_in_plan_order
     assert seven.admission == replace(eight.admission, quiet_cycles_reserve=False)
-    assert (seven.placement, seven.preemption, seven.recovery) == (gangway.placement, gangway.preemption, gangway.recovery)
+    assert (seven.placement, seven.preemption, seven.recovery) == (ten.placement, ten.preemption, ten.recovery)
     six = resolve("gangway-6")
     assert not six.admission.movers_in_plan_order and not six.admission.quiet_cycles_reserve
-    assert six.preemption == gangway.preemption
-    assert six.placement == gangway.placement and six.recovery == gangway.recovery
+    assert six.preemption == ten.preemption
+    assert six.placement == ten.placement and six.recovery == ten.recovery
     four = resolve("gangway-4")
     assert not four.preemption.consolidate and four.placement.pack_domains and four.preemption.prefer_one_rack
-    assert four.admission == six.admission and four.recovery == gangway.recovery
+    assert four.admission == six.admission and four.recovery == ten.recovery
     earlier = resolve("gangway-3")
     assert not earlier.placement.pack_domains and not earlier.preemption.prefer_one_rack
-    assert earlier.recovery == gangway.recovery and earlier.admission == six.admission
+    assert earlier.recovery == ten.recovery and earlier.admission == six.admission
 
 
 def test_earlier_versions_resolve_to_the_knobs_their_logs_were_decided_under():
@@ -260,8 +266,8 @@ def test_earlier_versions_resolve_to_the_knobs_their_logs_were_decided_under():
 
 def test_a_catalogue_name_takes_knobs_as_its_version_does_and_resolves_back():
     named = resolve("gangway+admission.backfill=false")
-    assert named == resolve("gangway-10+admission.backfill=false")
-    assert named.version == "gangway-10+admission.backfill=false" and resolve(named.version) == named
+    assert named == resolve("gangway-11+admission.backfill=false")
+    assert named.version == "gangway-11+admission.backfill=false" and resolve(named.version) == named
     assert resolve('kueue-like+preemption.min_runtime="5m"').preemption.min_runtime_ms == 300_000
     with pytest.raises(UnknownPolicy, match="unknown knob policy.admission.foo"):
         resolve("gangway+admission.foo=1")

@@ -20,7 +20,7 @@ def played(**recovery):
 
 
 def test_the_default_enforces_time_limits_and_gangway_2_does_not():
-    assert GANGWAY.version == "gangway-10" and GANGWAY.recovery.enforce_time_limits
+    assert GANGWAY.version == "gangway-11" and GANGWAY.recovery.enforce_time_limits
     assert resolve("gangway-3").recovery == GANGWAY.recovery
     assert not resolve("gangway-2").recovery.enforce_time_limits
     assert not resolve("gangway-1").recovery.enforce_time_limits
