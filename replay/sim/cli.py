@@ -20,6 +20,7 @@ from pathlib import Path
 from events.arguments import count, non_negative, output_dir, output_file, positive_int, within
 from events.logfile import CannotWriteLog, write_log_file
 from replay.sim import report
+from replay.sim.failed import DeciderFailed
 from replay.sim.progress import ProgressBar
 from replay.sim.run import run as run_policy
 from replay.sim.workload import SimConfig, build_workload
@@ -126,7 +127,12 @@ def run(args: argparse.Namespace) -> int:
         logged: list = []
         keeping = args.export_log and args.mode == "run"
         keep = [lambda cell, event, offset: logged.append((offset, event))] if keeping else []
-        result, outcome = run_policy(workload, name, config, bar, private_bar, keep)
+        try:
+            result, outcome = run_policy(workload, name, config, bar, private_bar, keep)
+        except DeciderFailed as error:
+            print(f"gangway sim: {name}: {error}; a run whose decider fails measures nothing, so it stopped",
+                  file=sys.stderr)
+            return 1
         if args.export_log and args.mode == "run":
             try:
                 write_log_file(args.export_log, "sim", logged, source=f"gangway sim {name} {' '.join(workload.traces)}")

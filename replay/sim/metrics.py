@@ -11,6 +11,7 @@ from events import models as m
 from projections.cluster import CELL
 from projections.jobs import JobState
 from replay.runner import VirtualCell
+from replay.sim.failed import DeciderFailed
 from replay.sim.workload import HOUR_MS, Workload
 
 
@@ -21,6 +22,9 @@ class Work(Protocol):
     durations: Mapping[str, int]
 
     def progress(self, job_id: str, attempt: int, at: int) -> int | None: ...
+
+
+_BROKEN = frozenset({m.Reason.DECISION_FAILED, m.Reason.DECISION_UNENCODABLE})
 
 
 class Meter:
@@ -73,6 +77,10 @@ class Meter:
             self.requests[asked.job_id] = (at, max(at, asked.checkpoint_deadline) + self.cycle_ms)
         elif kind in (m.NodeFailed, m.GpuFaulted):
             self.faults.append(at)
+        elif kind is m.RecordRefused and event.envelope.reason in _BROKEN:
+            refusal = cast(m.RecordRefused, event)
+            raise DeciderFailed(f"the {refusal.envelope.producer} failed on the record at offset "
+                                f"{refusal.refused_offset} ({refusal.envelope.reason.value}): {refusal.detail}")
         if kind not in _KEEP_COUNTS:
             self._snapshot(cell)
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import random
+import signal
 from pathlib import Path
 
 import pytest
@@ -170,3 +171,33 @@ def test_queue_time_counts_every_wait(traces):
     write_trace(traces, "solo", [(0, H, 8), (60, H, 8)])
     waits = queue_s(traces, "fifo", 8)
     assert waits == {"solo-00000": 0, "solo-00001": H - 60}
+
+
+@pytest.mark.pure  # patches the core's source (tests/conftest.py)
+def test_a_decider_that_fails_stops_the_run_with_its_error(traces, tmp_path, capsys, monkeypatch):
+    """A cell answers a decider's exception with a refusal and carries on; a simulation would then measure a broken
+    decider (and, with nothing ever admitted, tick for ever): it stops at the first such refusal and says why."""
+    from services.admitter.decide import Admitter
+
+    def broken(self, state, event, ctx):
+        raise NameError("name 'knob' is not defined")
+
+    class Endless(BaseException):  # not an Exception: the cell answers those with a refusal and goes on
+        pass
+
+    def endless(signum, frame):
+        raise Endless("the run went on ticking after its decider failed")
+
+    mixed_trace(traces, jobs=4)
+    monkeypatch.setattr(Admitter, "decide", broken)
+    previous = signal.signal(signal.SIGALRM, endless)
+    signal.alarm(60)
+    try:
+        assert sim_cli("--trace", str(traces), "--gpus", "48", "--json", str(tmp_path / "r.json")) == 1
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+    err = capsys.readouterr().err
+    assert "the admitter failed on the record at offset" in err and "DECISION_FAILED" in err
+    assert "name 'knob' is not defined" in err and "measures nothing" in err
+    assert not (tmp_path / "r.json").exists()
