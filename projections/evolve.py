@@ -421,7 +421,8 @@ def _delays_a_reservation(state: CellState, job: Job, e: m.JobAdmitted, now: int
     reserved = {holder for a in e.assignments
                 if a.node in nodes and a.node not in mine and (holder := nodes[a.node].reserved_for) is not None}
     for holder in sorted(reserved - {job.job_id}):
-        if outranks(job, state.jobs.get(holder)) or outranks(job, state.jobs.get(holder), by_deadline=True):
+        holding = state.jobs.get(holder)  # knowing no policy, accepts a gang that comes before the holder in any order
+        if outranks(job, holding) or outranks(job, holding, by_deadline=True) or outranks(job, holding, across_teams=True):
             continue
         shadow = shadow_time(state, state.reservations.get(holder, ()), now, frozenset({job.job_id}))
         if not ends_before(job, now, shadow):

@@ -40,11 +40,15 @@ def shadow_time(state: CellState, nodes: Sequence[str], now: int, gone: frozense
     return shadow
 
 
-def outranks(job: Job, other: Job | None, by_deadline: bool = False) -> bool:
+def outranks(job: Job, other: Job | None, by_deadline: bool = False, across_teams: bool = False) -> bool:
     """Whether `job` comes before `other` in their team's queue (priority, then submit order; `by_deadline`:
-    priority, then deadline): a reservation keeps lower-ranked work off its gang's nodes, not higher-ranked."""
-    return other is not None and other.team == job.team and (
-        job.deadline_rank() < other.deadline_rank() if by_deadline else job.rank_key() < other.rank_key())
+    priority, then deadline), or, `across_teams`, is of another team and a higher priority: a reservation keeps
+    lower-ranked work off its gang's nodes, not higher-ranked."""
+    if other is None:
+        return False
+    if other.team != job.team:
+        return across_teams and job.priority > other.priority
+    return job.deadline_rank() < other.deadline_rank() if by_deadline else job.rank_key() < other.rank_key()
 
 
 def ends_before(job: Job, now: int, shadow: int | None) -> bool:

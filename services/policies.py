@@ -83,8 +83,10 @@ CATALOGUE: dict[str, Policy] = {
 
 #: Earlier versions of the catalogue's policies: decisions recorded under them still resolve (verify, what-if).
 _GANGWAY_10 = replace(GANGWAY, version="gangway-10",
-                      admission=replace(GANGWAY.admission, release_holds_out_of_service=False),
-                      preemption=replace(GANGWAY.preemption, single_victims_always=False))
+                      admission=replace(GANGWAY.admission, release_holds_out_of_service=False,
+                                        replan_unfit_reservations=False, priority_passes_reservations=False),
+                      preemption=replace(GANGWAY.preemption, single_victims_always=False),
+                      recovery=replace(GANGWAY.recovery, hold_victims_through_backoff=True))
 _GANGWAY_9 = replace(_GANGWAY_10, version="gangway-9",
                      admission=replace(_GANGWAY_10.admission, earliest_deadline_first=False))
 _GANGWAY_8 = replace(_GANGWAY_9, version="gangway-8", admission=replace(_GANGWAY_9.admission, replan_reservations=False,
@@ -102,8 +104,9 @@ _GANGWAY_3 = replace(_GANGWAY_4, version="gangway-3", placement=replace(_GANGWAY
 _GANGWAY_2 = replace(_GANGWAY_3, version="gangway-2",
                      recovery=replace(_GANGWAY_10.recovery, enforce_time_limits=False, start_timeout_ms=None))
 EARLIER: dict[str, Policy] = {
-    # before a hold on a node out of service was released before it ran out, and each single victim was tried when
-    # the victim search in candidate order found no set
+    # before a hold on a node out of service was released before it ran out, each single victim was tried when the
+    # victim search in candidate order found no set, an interrupted victim held nothing through its back-off, a
+    # reservation whose nodes lost GPUs was planned again, and a higher priority passed another team's reservation
     "gangway-10": _GANGWAY_10,
     # before gangs of a team went by deadline (submission plus time limit): in submit order
     "gangway-9": _GANGWAY_9,

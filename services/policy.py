@@ -36,16 +36,21 @@ class Policy:
 #: nominal quota included, off idle nodes for such a gang, and let a stream of smaller work starve a big gang).
 #: gangway-10: within a team, gangs go by deadline (submission plus time limit), earliest first (gangway-9: by
 #: submission).
-#: gangway-11: a hold on a node out of service is released at once, and when the victim search in candidate order
-#: finds no set, each victim that alone makes room is still tried (gangway-10: a hold on a failed node was kept
-#: until it ran out, and a first pick that freed nothing useful hid a single victim that would do, so a lender
-#: waited for its borrowers' jobs to end).
+#: gangway-11: a hold on a node out of service is released at once; when the victim search in candidate order finds
+#: no set, each victim that alone makes room is still tried; a victim interrupted by a node's loss holds nothing
+#: through its back-off; a reservation whose nodes lost GPUs and no longer hold its gang is planned again or given
+#: up; and a gang of a higher priority may use another team's reservation (gangway-10: a hold on a failed node was
+#: kept until it ran out; a first pick that freed nothing useful hid a single victim that would do, so a lender
+#: waited for its borrowers' jobs to end; an interrupted victim took back GPUs held for its preemptor; a reservation
+#: drained nodes its gang could no longer use; only the holder's own team could pass its reservation).
 DEFAULT_POLICY = Policy(version="gangway-11", recovery=RecoveryPolicy(enforce_time_limits=True,
-                                                                      start_timeout_ms=5 * 60_000),
+                                                                      start_timeout_ms=5 * 60_000,
+                                                                      hold_victims_through_backoff=False),
                         admission=AdmissionPolicy(movers_in_plan_order=True, quiet_cycles_reserve=True,
                                                   replan_reservations=True, quota_held_reserves_free_nodes=False,
                                                   big_gangs_reserve_after_ms=7 * 24 * 3_600_000,
-                                                  earliest_deadline_first=True, release_holds_out_of_service=True),
+                                                  earliest_deadline_first=True, release_holds_out_of_service=True,
+                                                  replan_unfit_reservations=True, priority_passes_reservations=True),
                         placement=PlacementPolicy(pack_domains=True),
                         preemption=PreemptionPolicy(prefer_one_rack=True, consolidate=True, keep_room_for_moves=True,
                                                     single_victims_always=True))

@@ -169,7 +169,8 @@ def _capacity(state: CellState, job: Job) -> str:
 
 
 def _reserved(state: CellState, job: Job, policy: Policy) -> str:
-    excluded = set(off_limits(state, job, state.now, by_deadline=policy.admission.earliest_deadline_first))
+    excluded = set(off_limits(state, job, state.now, by_deadline=policy.admission.earliest_deadline_first,
+                              across_teams=policy.admission.priority_passes_reservations))
     nodes = state.cluster.nodes
     held = [n for n in sorted(excluded) if n in nodes and nodes[n].gpu_type == job.gpu_type]
     own = state.reservations.get(job.job_id)
@@ -215,7 +216,8 @@ def _making_room(state: CellState, job: Job) -> str:
 def _placement(state: CellState, job: Job, policy: Policy) -> str:
     view = CapacityView(state.cluster)
     outcome = place_gang(view, job, job.workers, policy.placement,
-                         off_limits(state, job, state.now, by_deadline=policy.admission.earliest_deadline_first))
+                         off_limits(state, job, state.now, by_deadline=policy.admission.earliest_deadline_first,
+                                    across_teams=policy.admission.priority_passes_reservations))
     if isinstance(outcome, Placement):
         nodes = sorted({n for _, n, _ in outcome.assignments})
         where = f" in {outcome.domain}" if outcome.domain else ""

@@ -250,7 +250,7 @@ def admission_cycle(state: CellState, ctx: Context, only: Job | None = None, ref
     `compared` receives the times besides those of waiting gangs and holds that the cycle compared `now` with;
     `waits`, when each gang asked about a reservation too early will have waited long enough for one."""
     policy = ctx.policy.admission
-    now, by_deadline = ctx.now, policy.earliest_deadline_first
+    now, by_deadline, across_teams = ctx.now, policy.earliest_deadline_first, policy.priority_passes_reservations
     quiet = not refresh and only is None and policy.backfill
     view = CapacityView(state.cluster)
     usage = PooledUsage(state.tenancy.committed())
@@ -273,7 +273,8 @@ def admission_cycle(state: CellState, ctx: Context, only: Job | None = None, ref
             shadows.pop(holder, None)
     if ctx.policy.preemption.keep_room_for_moves:
         _keep_room_for_movers(state, view, ctx,
-                              lambda mover: excluded_nodes(reservations, mover, now, shadows, state.jobs, by_deadline))
+                              lambda mover: excluded_nodes(reservations, mover, now, shadows, state.jobs, by_deadline,
+                                                           across_teams))
     # GPUs of each type free now, with those held for waiting gangs (the holders may use them)
     free = {t: view.free_gpus(t) + _held_free(state, t, held) for t in state.cluster.gpu_types()} if (
         only is None) else {}
@@ -366,7 +367,7 @@ def admission_cycle(state: CellState, ctx: Context, only: Job | None = None, ref
                 and _ends_no_sooner(state, job) is None):
             if shortcut:
                 short = view.shortage(job, most,
-                                      excluded_nodes(reservations, job, now, shadows, state.jobs, by_deadline))
+                                      excluded_nodes(reservations, job, now, shadows, state.jobs, by_deadline, across_teams))
                 if short is not None and short.reason is Reason.INSUFFICIENT_FREE_GPUS:
                     no_room[key_] = min(no_room.get(key_, fewest), fewest)
             refuse(job, Reason.WOULD_DELAY_QUEUE_HEAD, _delay_detail(blocker, now))
@@ -375,7 +376,7 @@ def admission_cycle(state: CellState, ctx: Context, only: Job | None = None, ref
             outcome: Placement | Unplaceable = Unplaceable(
                 Reason.INSUFFICIENT_FREE_GPUS, f"no room for {fewest * job.gpus_per_worker} {job.gpu_type} GPUs now")
         else:
-            excluded = excluded_nodes(reservations, job, now, shadows, state.jobs, by_deadline)
+            excluded = excluded_nodes(reservations, job, now, shadows, state.jobs, by_deadline, across_teams)
             # Its held GPUs are its own, even on nodes reserved for another gang; the rest of such a node is not.
             mine = _held_on(job, excluded) if holds else {}
             if mine:
@@ -518,7 +519,8 @@ def _admissible(state: CellState, ctx: Context, view: CapacityView, usage: Poole
     most, fit = quota_fit(state.tenancy, job, policy.admission.borrowing, usage)
     if job.not_before > now or not fit.fits:
         return False
-    excluded = excluded_nodes(reservations, job, now, shadows, state.jobs, policy.admission.earliest_deadline_first)
+    excluded = excluded_nodes(reservations, job, now, shadows, state.jobs, policy.admission.earliest_deadline_first,
+                              policy.admission.priority_passes_reservations)
     return isinstance(place_gang(view, job, most, policy.placement, excluded), Placement)
 
 
@@ -726,12 +728,21 @@ def _replanned(state: CellState, ctx: Context, reservations: dict[str, tuple[str
     for holder, held in sorted(state.reservations.items()):
         lost = [name for name in held if name in nodes and not nodes[name].schedulable]
         job = state.jobs[holder]
+        unfit = not lost and policy.replan_unfit_reservations and bool(lost := _short_of_gpus(state, job, held))
         if not lost:
             continue
         others = {name: j for name, j in reserved_by.items() if j != holder}
-        if not _may_drain(state, job, policy, now, others, waits):
+        plan = _plan(state, job, others, policy, now) if _may_drain(state, job, policy, now, others, waits) else []
+        if not plan and unfit:  # a node out of service may come back; retired GPUs stay lost until a repair
+            for name in held:
+                reserved_by.pop(name, None)
+            del reservations[holder]
+            decisions.append(m.JobQueued(
+                envelope=ctx.envelope(Reason.INSUFFICIENT_FREE_GPUS, holder), job_id=holder, team=job.team,
+                detail=f"its reservation of {', '.join(held)} is given up: {', '.join(lost)} lost GPUs, and the "
+                       f"nodes no longer hold the gang; no other nodes may drain for it now"))
+            out.append(holder)
             continue
-        plan = _plan(state, job, others, policy, now)
         if not plan:
             continue
         for name in held:
@@ -741,9 +752,24 @@ def _replanned(state: CellState, ctx: Context, reservations: dict[str, tuple[str
         decisions.append(m.JobQueued(envelope=ctx.envelope(Reason.HOLDS_RESERVATION, holder), job_id=holder,
                                      team=job.team, reserved_nodes=plan,
                                      detail=f"nodes drain for this gang: {', '.join(plan)} (planned again: "
-                                            f"{', '.join(lost)} out of service)"))
+                                            f"{', '.join(lost)} {_why_lost(nodes, lost)})"))
         out.append(holder)
     return out
+
+
+def _why_lost(nodes: dict, lost: list[str]) -> str:
+    return "out of service" if any(name in nodes and not nodes[name].schedulable for name in lost) else \
+        "lost GPUs: the reserved nodes no longer hold the gang"
+
+
+def _short_of_gpus(state: CellState, job: Job, held: tuple[str, ...]) -> list[str]:
+    """The reserved nodes that lost GPUs (retired after an Xid), when together the reserved nodes can no longer hold
+    the gang's smallest size once drained; else nothing."""
+    nodes, g = state.cluster.nodes, job.gpus_per_worker
+    slots = sum(nodes[name].healthy_gpus // g for name in held if name in nodes)
+    if slots >= job.min_count:
+        return []
+    return [name for name in held if name in nodes and nodes[name].healthy_gpus < nodes[name].gpus]
 
 
 def reservation_for(state: CellState, job: Job, reserved_by: dict[str, str], now: int | None = None) -> list[str]:

@@ -80,6 +80,14 @@ class AdmissionPolicy:
     #: is still making room, and the preemptor looks for room again; off (gangway-10 and earlier): it is kept until
     #: it runs out, though the gang cannot run on it.
     release_holds_out_of_service: bool = False
+    #: With `replan_reservations`, a reservation whose nodes together can no longer hold its gang (a GPU of one was
+    #: retired after an Xid) is planned again too; off (gangway-10 and earlier): it keeps draining nodes its gang
+    #: cannot use, and work that would fit there waits behind it.
+    replan_unfit_reservations: bool = False
+    #: A gang of a higher priority than a reservation's holder may use its nodes whatever the holder's team, as
+    #: Slurm's backfill plans jobs in one priority order; off (gangway-10 and earlier): only the holder's own team's
+    #: higher-ranked gangs may, and a higher-priority gang of another team waits behind the reservation.
+    priority_passes_reservations: bool = False
 
     def __post_init__(self) -> None:
         if not 0 <= self.least_attained_service_min_cv <= 100:

@@ -311,7 +311,8 @@ def admissible_now(state: CellState, head: Job, now: int, policy: Policy) -> boo
     view = CapacityView(state.cluster)
     view.unclaim(head)
     return isinstance(place_gang(view, head, most, policy.placement,
-                                 off_limits(state, head, now, by_deadline=policy.admission.earliest_deadline_first)),
+                                 off_limits(state, head, now, by_deadline=policy.admission.earliest_deadline_first,
+                                            across_teams=policy.admission.priority_passes_reservations)),
                       Placement)
 
 

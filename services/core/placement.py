@@ -455,17 +455,19 @@ def may_backfill(job: Job, now: int, shadows: Mapping[str, int | None]) -> bool:
 
 
 def excluded_nodes(reservations: Mapping[str, Sequence[str]], job: Job, now: int,
-                   shadows: Mapping[str, int | None], jobs: Mapping[str, Job], by_deadline: bool = False) -> list[str]:
+                   shadows: Mapping[str, int | None], jobs: Mapping[str, Job], by_deadline: bool = False,
+                   across_teams: bool = False) -> list[str]:
     """Nodes reserved for other gangs that `job` may not use: all of them but those of reservations it ends
-    before (EASY backfill), and those of gangs of its own team that it outranks (a reservation keeps lower-ranked
-    work off a gang's nodes, not higher-ranked). A reservation missing from `shadows` has an unknown shadow."""
+    before (EASY backfill), and those of gangs it outranks (of its own team; `across_teams`: of another team, of a
+    lower priority): a reservation keeps lower-ranked work off a gang's nodes, not higher-ranked. A reservation
+    missing from `shadows` has an unknown shadow."""
     return [name for holder, nodes in reservations.items()
             if holder != job.job_id and not ends_before(job, now, shadows.get(holder))
-            and not outranks(job, jobs.get(holder), by_deadline) for name in nodes]
+            and not outranks(job, jobs.get(holder), by_deadline, across_teams) for name in nodes]
 
 
 def off_limits(state: CellState, job: Job, now: int, gone: frozenset[str] = frozenset(),
-               by_deadline: bool = False) -> list[str]:
+               by_deadline: bool = False, across_teams: bool = False) -> list[str]:
     """The reserved nodes `job` may not use in the folded state (were the jobs in `gone` evicted)."""
     shadows = shadow_times(state, now, gone) if job.time_limit_ms is not None else {}
-    return excluded_nodes(state.reservations, job, now, shadows, state.jobs, by_deadline)
+    return excluded_nodes(state.reservations, job, now, shadows, state.jobs, by_deadline, across_teams)

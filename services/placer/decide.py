@@ -40,7 +40,8 @@ def bind(state: CellState, job: Job, ctx: Context) -> m.Decision:
     nodes = state.cluster.nodes
     if job.assignments and all(nodes[n].schedulable for _, n, _ in job.assignments):
         return bound(job, job.assignments, job.domain, ctx)
-    excluded = off_limits(state, job, ctx.now, by_deadline=ctx.policy.admission.earliest_deadline_first)
+    excluded = off_limits(state, job, ctx.now, by_deadline=ctx.policy.admission.earliest_deadline_first,
+                          across_teams=ctx.policy.admission.priority_passes_reservations)
     outcome = CapacityView(state.cluster).place(job, ctx.policy.placement, excluded, job.admitted_workers)
     if isinstance(outcome, Placement):
         return bound(job, outcome.assignments, outcome.domain, ctx)

@@ -187,7 +187,8 @@ def _each_placed(state: CellState, view: CapacityView, victims: list[Job], ctx: 
     gone = frozenset(v.job_id for v in victims)
     for victim in _biggest_first(victims):
         again = place_gang(view, victim, victim.admitted_workers, ctx.policy.placement,
-                           off_limits(state, victim, ctx.now, gone, ctx.policy.admission.earliest_deadline_first))
+                           off_limits(state, victim, ctx.now, gone, ctx.policy.admission.earliest_deadline_first,
+                                      ctx.policy.admission.priority_passes_reservations))
         if not isinstance(again, Placement):
             return False
         view.hold(again)

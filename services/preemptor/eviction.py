@@ -36,9 +36,10 @@ class AfterEviction:
         # whether the job may use one changes only while a victim holds GPUs there.
         self.reservations: list[tuple[list[str], list[tuple[str, int | None]]]] = []
         by_deadline = ctx.policy.admission.earliest_deadline_first
+        across_teams = ctx.policy.admission.priority_passes_reservations
         self.touches: dict[str, list[int]] = {}  # job id -> reservations it holds GPUs in
         for holder, nodes in state.reservations.items():
-            if holder == job.job_id or outranks(job, state.jobs.get(holder), by_deadline):
+            if holder == job.job_id or outranks(job, state.jobs.get(holder), by_deadline, across_teams):
                 continue
             jobs = sorted({j for n in nodes if n in cluster.nodes for j in cluster.nodes[n].holder.values()})
             for j in jobs:
@@ -218,7 +219,7 @@ def plan(state: CellState, job: Job, victims: list[Job], ctx: Context) -> Placem
     for victim in victims:
         view.release(victim)
     excluded = off_limits(state, job, ctx.now, frozenset(v.job_id for v in victims),
-                          ctx.policy.admission.earliest_deadline_first)
+                          ctx.policy.admission.earliest_deadline_first, ctx.policy.admission.priority_passes_reservations)
     outcome = place_gang(view, job, most, ctx.policy.placement, excluded)
     return outcome if isinstance(outcome, Placement) else None
 

@@ -188,6 +188,8 @@ def hold_through_backoff(state: CellState, jobs: list[Job], lost: Node, spare: s
         backoff = _backoff(job, policy)
         if not job.holds_capacity or backoff is None:
             continue
+        if job.state is JobState.PREEMPTING and not policy.hold_victims_through_backoff:
+            continue  # what it keeps is held for the gang it was making room for
         g = job.gpus_per_worker
         held = [(w, name, gpus) for w, name, gpus in job.assignments if name != lost.name]
         for w, name, _ in job.assignments:

@@ -141,17 +141,18 @@ def check_admission(state: CellState, admitted: m.JobAdmitted, offset: int) -> N
 
 
 def check_backfill(state: CellState, admitted: m.JobAdmitted, offset: int, claimed: dict,
-                   by_deadline: bool = False) -> None:
+                   by_deadline: bool = False, across_teams: bool = False) -> None:
     """A job admitted onto another gang's reserved node ends, by its time limit, before that reservation's shadow
-    time, unless it outranks the holder in their team's queue (`by_deadline`: in deadline order) or the GPUs there
-    were held for it (`claimed`, as they were before the admission was folded)."""
+    time, unless it outranks the holder in their team's queue (`by_deadline`: in deadline order), or, `across_teams`,
+    is of another team and a higher priority, or the GPUs there were held for it (`claimed`, as they were before
+    the admission was folded)."""
     job = state.jobs[admitted.job_id]
     if job.state is not JobState.ADMITTED or not _took_effect(job, offset):
         return  # superseded
     for _, name, gpus in job.assignments:
         holder = state.cluster.nodes[name].reserved_for
         if (all(claimed.get((name, g)) == job.job_id for g in gpus)
-                or outranks(job, state.jobs.get(holder), by_deadline)):
+                or outranks(job, state.jobs.get(holder), by_deadline, across_teams)):
             continue
         if holder is not None and holder != job.job_id:
             shadow = shadow_time(state, state.reservations[holder], admitted.at, frozenset({job.job_id}))
@@ -240,7 +241,8 @@ class Invariants:
         check_nodes(state)
         if isinstance(event, m.JobAdmitted):
             check_admission(state, event, offset)
-            check_backfill(state, event, offset, self.claimed, cell.policy.admission.earliest_deadline_first)
+            check_backfill(state, event, offset, self.claimed, cell.policy.admission.earliest_deadline_first,
+                           cell.policy.admission.priority_passes_reservations)
         if isinstance(event, m.JobPlaced):
             check_placement(state, event, offset)
         self.check_preemptions(cell, offset, new)

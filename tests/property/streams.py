@@ -152,9 +152,11 @@ def time_shared(c: Chooser) -> Scenario:
 
 
 def time_shared_cell(inputs: list[dict], quota_a: int, time_share: str, min_runtime: str, checkpoint_grace: str,
-                     consolidate: bool, checkpoint_every: str | None, by_deadline: bool = True) -> Scenario:
+                     consolidate: bool, checkpoint_every: str | None, by_deadline: bool = True,
+                     passes_reservations: bool = True) -> Scenario:
     """`time_shared`'s cell with these inputs and knobs (a pinned case names its own; one found while gangs went in
-    submit order passes `by_deadline=False`)."""
+    submit order passes `by_deadline=False`, one found while only a gang's own team could pass its reservation
+    `passes_reservations=False`)."""
     return parse({
         "name": "time-shared-cell",
         "cell": {"topology": ["block", "rack"], "nodes": [{"generate": {
@@ -163,7 +165,8 @@ def time_shared_cell(inputs: list[dict], quota_a: int, time_share: str, min_runt
         "teams": [{"name": "a", "cohort": "co", "quota": {"H100": quota_a}},
                   {"name": "b", "cohort": "co", "quota": {"H100": 8}}],
         "priority_classes": [{"name": "high", "value": 100}],
-        "policy": {"admission": {"least_attained_service": True, "earliest_deadline_first": by_deadline},
+        "policy": {"admission": {"least_attained_service": True, "earliest_deadline_first": by_deadline,
+                                 "priority_passes_reservations": passes_reservations},
                    "preemption": {"time_share": time_share, "min_runtime": min_runtime,
                                   "checkpoint_grace": checkpoint_grace, "consolidate": consolidate}},
         "agents": {"checkpoint_every": checkpoint_every, "checkpoint_delay": "20s", "heartbeat_every": "10s"},

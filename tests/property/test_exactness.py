@@ -41,7 +41,7 @@ def admissible_after(state, job, victims, ctx) -> bool:
     if not fit.fits:
         return False
     excluded = off_limits(state, job, ctx.now, frozenset(v.job_id for v in victims),
-                          ctx.policy.admission.earliest_deadline_first)
+                          ctx.policy.admission.earliest_deadline_first, ctx.policy.admission.priority_passes_reservations)
     return isinstance(place_gang(view, job, most, ctx.policy.placement, excluded), Placement)
 
 

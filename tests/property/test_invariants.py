@@ -37,16 +37,19 @@ def test_every_invariant_holds_under_least_attained_service(data):
 #: releases short7's and short0's, then asks long0 (team a, time-shared) and long1 (team b, borrowing) to make room
 #: for short1. Judged with the two released holds still counted, short1 would have to borrow to run, which allows
 #: no preemption of long1; the preemptor judged it with its own releases laid over, as it decides, and reclaimed.
+#: Found while only a gang's own team could pass its reservation (gangway-10): when a higher priority passes any
+#: team's (gangway-11), short4 takes other nodes and short1 needs long0 alone.
 _RELEASED_BEFORE = [(0, "long0", "a", 4, 60, None), (0, "long1", "b", 4, 60, None), (0, "long2", "b", 8, 60, None),
                     (300, "short2", "b", 4, 4, "high"), *[(300, f"short{i}", "a", 2, 3, None) for i in (6, 8, 9, 10, 11)],
                     (302, "short5", "a", 2, 3, None), (786, "short4", "a", 8, 4, "high"), (842, "short3", "a", 2, 15, None),
                     (1321, "short7", "a", 2, 3, None), (1560, "short0", "a", 2, 3, None), (1560, "short1", "a", 4, 3, None)]
 
 
-def _checked_time_sharing_any(inputs: list[dict], by_deadline: bool = True):
+def _checked_time_sharing_any(inputs: list[dict], by_deadline: bool = True, passes_reservations: bool = True):
     """The time-shared cell (team a's nominal 8, time-sharing across teams) run with every invariant checked."""
     scenario = time_shared_cell(inputs, quota_a=8, time_share="Any", min_runtime="0s", checkpoint_grace="0s",
-                                consolidate=False, checkpoint_every="5m", by_deadline=by_deadline)
+                                consolidate=False, checkpoint_every="5m", by_deadline=by_deadline,
+                                passes_reservations=passes_reservations)
     checks = Invariants()
     outcome = run(scenario, observers=[checks])
     assert checks.events == len(outcome.cell.log)
@@ -57,7 +60,7 @@ def test_a_preemption_is_judged_with_its_deciders_earlier_decisions_in_flight_la
     outcome = _checked_time_sharing_any([
         {"at": at * 1000, "submit": {"job": job, "team": team, "gpus_per_worker": gpus, "runs_for": runs * 60_000,
                                      **({"priority_class": cls} if cls else {})}}
-        for at, job, team, gpus, runs, cls in _RELEASED_BEFORE])
+        for at, job, team, gpus, runs, cls in _RELEASED_BEFORE], passes_reservations=False)
     asked = [(d.job_id, d.envelope.reason) for d in outcome.cell.log
              if isinstance(d, m.PreemptionRequested) and d.for_job_id == "short1"]
     assert asked == [("long0", m.Reason.TIME_SHARED), ("long1", m.Reason.RECLAIM_LENT_QUOTA)]

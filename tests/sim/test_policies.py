@@ -220,17 +220,20 @@ def test_time_sharing_waits_for_finished_jobs_to_show_it_pays(traces, spread):
 def test_gangway_consolidates_and_packs_racks_and_earlier_versions_still_resolve_without():
     gangway = policy("gangway")
     assert gangway.version == "gangway-11" and gangway.admission.earliest_deadline_first
-    assert gangway.admission.release_holds_out_of_service
-    assert gangway.preemption.single_victims_always
+    assert gangway.admission.release_holds_out_of_service and gangway.admission.replan_unfit_reservations
+    assert gangway.admission.priority_passes_reservations and gangway.preemption.single_victims_always
+    assert not gangway.recovery.hold_victims_through_backoff
     assert gangway.placement.pack_domains and gangway.preemption.prefer_one_rack
     assert gangway.preemption.consolidate and gangway.admission.movers_in_plan_order
     assert gangway.admission.quiet_cycles_reserve
     assert gangway.admission.replan_reservations and not gangway.admission.quota_held_reserves_free_nodes
     assert gangway.admission.big_gangs_reserve_after_ms == 7 * 24 * 3_600_000
     ten = resolve("gangway-10")
-    assert ten.admission == replace(gangway.admission, release_holds_out_of_service=False)
+    assert ten.admission == replace(gangway.admission, release_holds_out_of_service=False,
+                                    replan_unfit_reservations=False, priority_passes_reservations=False)
     assert ten.preemption == replace(gangway.preemption, single_victims_always=False)
-    assert (ten.placement, ten.recovery) == (gangway.placement, gangway.recovery)
+    assert ten.recovery == replace(gangway.recovery, hold_victims_through_backoff=True)
+    assert ten.placement == gangway.placement
     nine = resolve("gangway-9")
     assert nine.admission == replace(ten.admission, earliest_deadline_first=False)
     assert (nine.placement, nine.preemption, nine.recovery) == (ten.placement, ten.preemption, ten.recovery)

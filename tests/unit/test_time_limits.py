@@ -21,7 +21,7 @@ def played(**recovery):
 
 def test_the_default_enforces_time_limits_and_gangway_2_does_not():
     assert GANGWAY.version == "gangway-11" and GANGWAY.recovery.enforce_time_limits
-    assert resolve("gangway-3").recovery == GANGWAY.recovery
+    assert resolve("gangway-3").recovery == resolve("gangway-10").recovery
     assert not resolve("gangway-2").recovery.enforce_time_limits
     assert not resolve("gangway-1").recovery.enforce_time_limits
     assert resolve("gangway-2+recovery.enforce_time_limits=true").recovery.enforce_time_limits
