@@ -728,7 +728,10 @@ def _replanned(state: CellState, ctx: Context, reservations: dict[str, tuple[str
     for holder, held in sorted(state.reservations.items()):
         lost = [name for name in held if name in nodes and not nodes[name].schedulable]
         job = state.jobs[holder]
-        unfit = not lost and policy.replan_unfit_reservations and bool(lost := _short_of_gpus(state, job, held))
+        unfit = False
+        if not lost and policy.replan_unfit_reservations:
+            lost = _short_of_gpus(state, job, held)
+            unfit = bool(lost)
         if not lost:
             continue
         others = {name: j for name, j in reserved_by.items() if j != holder}
@@ -752,14 +755,12 @@ def _replanned(state: CellState, ctx: Context, reservations: dict[str, tuple[str
         decisions.append(m.JobQueued(envelope=ctx.envelope(Reason.HOLDS_RESERVATION, holder), job_id=holder,
                                      team=job.team, reserved_nodes=plan,
                                      detail=f"nodes drain for this gang: {', '.join(plan)} (planned again: "
-                                            f"{', '.join(lost)} {_why_lost(nodes, lost)})"))
+                                            f"{', '.join(lost)} {_LOST_GPUS if unfit else 'out of service'})"))
         out.append(holder)
     return out
 
 
-def _why_lost(nodes: dict, lost: list[str]) -> str:
-    return "out of service" if any(name in nodes and not nodes[name].schedulable for name in lost) else \
-        "lost GPUs: the reserved nodes no longer hold the gang"
+_LOST_GPUS = "lost GPUs: the reserved nodes no longer hold the gang"
 
 
 def _short_of_gpus(state: CellState, job: Job, held: tuple[str, ...]) -> list[str]:

@@ -18,8 +18,9 @@ class RecoveryPolicy:
     #: its back-off and this long after it (CapacityHeld); off: they go back to every gang at once
     hold_through_backoff: bool = True
     hold_grace_ms: int = 60_000
-    #: ... a gang that was making room for another (asked to checkpoint for a preemption or a move) too; off
-    #: (gangway-11): its surviving GPUs are held for the gang it made room for already, and stay that gang's
+    #: with `hold_through_backoff`, a gang that was making room for another (asked to checkpoint for a preemption or a
+    #: move) keeps its GPUs through its back-off too; off (gangway-11): they are held for the gang it made room for
+    #: already, and stay that gang's
     hold_victims_through_backoff: bool = True
     #: a run that exceeds its job's time limit ends the job (JobFailed, TIME_LIMIT_EXCEEDED), as Slurm ends a job
     #: at its TimeLimit: backfill's promise to a reservation rests on it. Off: limits only plan (gangway-2)
